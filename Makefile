@@ -1,0 +1,36 @@
+# The two entry points for a newcomer: `make demo` and `make test`. Both set up .venv themselves.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.PHONY: demo test lint venv debian-tools clean
+
+$(VENV)/.installed: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# promtool, prometheus, amtool and alertmanager come from Debian (tests run the real ones).
+debian-tools:
+	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
+		echo "installing prometheus and prometheus-alertmanager from Debian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			prometheus prometheus-alertmanager >/dev/null; \
+	fi
+
+demo: venv
+	$(VENV)/bin/infersight --config infersight.example.yaml demo
+
+test: venv debian-tools
+	$(VENV)/bin/ruff check .
+	@# pytest exits 5 when it collected no tests: a failure here, never a pass.
+	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "make test: no tests collected" >&2; exit 1; fi; exit $$rc
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .infersight build *.egg-info

@@ -1,0 +1,1 @@
+"""Prometheus rules and Alertmanager routing generated from code, with runbooks and tests."""

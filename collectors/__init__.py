@@ -1,0 +1,1 @@
+"""NVML/GPM GPU collectors and engine collectors, served to Prometheus."""

@@ -1,0 +1,5 @@
+import sys
+
+from infersight.cli import main
+
+sys.exit(main())

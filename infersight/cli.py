@@ -1,0 +1,61 @@
+"""The ``infersight`` command: one entry point, with subcommands contributed by each component.
+
+Each component folder has a small ``cli.py`` with ``register(subparsers)``; it adds its
+subcommands and sets ``func`` to a handler ``(args, config) -> exit code``. Handlers import
+their heavy dependencies inside the function so that ``infersight --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from infersight import __version__
+from infersight.config import ConfigError, load_config
+
+# Order here is the order in `infersight --help`.
+COMMAND_MODULES = (
+    "infersight.commands.plan",  # plan, version
+    "infersight.collectors.cli",  # collect gpu | engine
+    "infersight.instrumentation.cli",  # proxy
+    "infersight.pipelines.cli",  # receive, db, traces, incident, up
+    "infersight.dashboards.cli",  # dashboards
+    "infersight.alerts.cli",  # alerts
+    "infersight.commands.demo",  # demo
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="infersight",
+        description="Observability and tracing for LLM inference clusters.",
+        epilog="Run 'infersight COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--config", metavar="PATH",
+                        help="config file (default: $INFERSIGHT_CONFIG, else ./infersight.yaml, "
+                             "else built-in defaults)")
+    parser.add_argument("--version", action="version", version=f"infersight {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    subparsers.required = True
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        return int(args.func(args, config) or 0)
+    except ConfigError as exc:
+        print(f"infersight: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands that belong to the core package (plan, version, demo)."""

@@ -1,0 +1,46 @@
+"""Shared output helpers: aligned tables for terminals, JSON and CSV for scripts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+FORMATS = ("table", "json", "csv")
+
+
+def add_format_flag(parser, default: str = "table") -> None:
+    parser.add_argument("--format", choices=FORMATS, default=default,
+                        help=f"output format (default: {default}); json and csv are for scripts")
+
+
+def render(rows: Sequence[Mapping[str, Any]], fmt: str, columns: Sequence[str] | None = None) -> str:
+    columns = list(columns or (rows[0].keys() if rows else []))
+    if fmt == "json":
+        return json.dumps([dict(r) for r in rows], indent=2, default=str)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    return table(rows, columns)
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    if not rows:
+        return "(no rows)"
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=False)).rstrip()  # noqa: E731
+    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(r) for r in cells)])
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)

@@ -1,0 +1,251 @@
+"""infersight.yaml: the one configuration file, validated with pydantic.
+
+Every section has defaults, so an empty file (or none) is a valid single-machine setup. A bad
+file raises :class:`ConfigError` whose message names the key, the value found and what is
+expected; the CLI prints it without a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from infersight.capacity import GPU_PRESETS, GPUSpec, ModelSpec
+
+DEFAULT_PATHS = ("infersight.yaml", "infersight.yml")
+ENV_VAR = "INFERSIGHT_CONFIG"
+
+
+class ConfigError(Exception):
+    """A configuration problem, worded for the person who edits the file."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _listen_address(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:9835")
+    return value
+
+
+class SLO(Section):
+    ttft_seconds: float = Field(1.0, gt=0, description="TTFT threshold a request must meet")
+    ttft_objective: float = Field(0.99, gt=0, lt=1, description="share of requests meeting ttft_seconds")
+    ttft_p95_seconds: float = Field(1.0, gt=0, description="TTFT p95 target for dashboards and scale-out")
+    tpot_p95_seconds: float = Field(0.1, gt=0, description="time per output token p95 target")
+
+
+class Thresholds(Section):
+    gateway_queue_depth: float = Field(50, gt=0, description="30-minute mean gateway queue depth to scale out")
+    ttft_slo_share_rising: float = Field(0.7, gt=0, le=1, description="p95 TTFT over this share of the SLO and rising")
+    forecast_hours: float = Field(2, gt=0, le=24)
+    instance_p99_ttft_seconds: float = Field(5.0, gt=0, description="per-instance p99 to half-open the breaker")
+    retry_ratio: float = Field(0.2, gt=0, description="retries per request, fleet-wide, for a retry storm")
+    ejection_share: float = Field(0.3, gt=0, le=1, description="share of instances ejected within 5m")
+    flaps_per_15m: float = Field(4, gt=0)
+    rejection_ratio: float = Field(0.05, gt=0, le=1)
+    bandwidth_saturation: float = Field(0.9, gt=0, le=1)
+    compute_low: float = Field(0.5, gt=0, le=1)
+    kv_usage_near_full: float = Field(0.95, gt=0, le=1)
+    prefix_hit_collapse: float = Field(0.5, gt=0, lt=1, description="hit rate below this share of its 1d baseline")
+    gpu_temperature_celsius: float = Field(85, gt=0)
+
+
+class Capacity(Section):
+    model: ModelSpec = ModelSpec(name="gemma-27b-int4", params=27e9, layers=64, kv_heads=8, head_dim=128,
+                                 weight_bits=4, kv_bytes=2)
+    gpu: str = "H100-SXM"
+    gpu_overrides: dict[str, Any] = Field(default_factory=dict, description="fields of the GPU preset to replace")
+    context_tokens: int = Field(2048, gt=0)
+    prefill_utilization: float = Field(0.6, gt=0, le=1)
+    target_tokens_per_s: float = Field(20.0, gt=0)
+    memory_utilization: float = Field(1.0, gt=0, le=1, description="share of GPU memory the engine may use")
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        if value not in GPU_PRESETS:
+            raise ValueError(f"unknown GPU preset; expected one of {', '.join(GPU_PRESETS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _overrides_apply(self) -> Capacity:
+        self.gpu_spec()  # raise now, not at first use
+        return self
+
+    def gpu_spec(self) -> GPUSpec:
+        merged = GPU_PRESETS[self.gpu].model_dump() | self.gpu_overrides
+        return GPUSpec.model_validate(merged)
+
+
+class Listeners(Section):
+    gpu_exporter: str = "127.0.0.1:9835"
+    engine_exporter: str = "127.0.0.1:9836"
+    otlp_grpc: str = "127.0.0.1:4317"
+    otlp_http: str = "127.0.0.1:4318"
+    proxy: str = "127.0.0.1:8081"
+
+    _check = field_validator("*")(classmethod(lambda cls, v: _listen_address(v)))
+
+
+class Retention(Section):
+    traces_days: int = Field(7, gt=0)
+    tokens_days: int = Field(3, gt=0)
+    rollups_days: int = Field(90, gt=0)
+
+
+class ClickHouse(Section):
+    dsn: str = Field("http://127.0.0.1:8123/default", description="http(s)://host:port/db or chdb://path")
+    data_dir: str = ".infersight/clickhouse"
+    retention: Retention = Retention()
+
+    @field_validator("dsn")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://", "chdb://")):
+            raise ValueError("expected a URL starting with http://, https:// or chdb://")
+        return value
+
+
+class Prometheus(Section):
+    url: str | None = "http://127.0.0.1:9090"
+
+
+class EngineTarget(Section):
+    url: str
+    engine: Literal["auto", "vllm", "sglang", "tgi", "triton", "trtllm"] = "auto"
+    name: str | None = None
+    model: str | None = None
+    pool: str | None = None
+    node: str | None = None
+    gpu: str | None = None
+
+
+class Engines(Section):
+    targets: list[EngineTarget] = Field(default_factory=list)
+    file_sd: str | None = None
+    timeout_seconds: float = Field(2.0, gt=0)
+    max_bytes: int = Field(8 * 1024 * 1024, gt=0)
+
+
+class SimGPUs(Section):
+    count: int = Field(8, gt=0)
+    type: str = "H100-SXM"
+
+    @field_validator("type")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in GPU_PRESETS:
+            raise ValueError(f"unknown GPU preset; expected one of {', '.join(GPU_PRESETS)}")
+        return value
+
+
+class GPUs(Section):
+    backend: Literal["nvml", "sim"] = "nvml"
+    node: str | None = None
+    sample_interval_seconds: float = Field(1.0, gt=0)
+    sim: SimGPUs = SimGPUs()
+
+
+class Pipeline(Section):
+    batch_rows: int = Field(10_000, gt=0)
+    batch_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    batch_seconds: float = Field(1.0, gt=0)
+    queue_max_spans: int = Field(200_000, gt=0)
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    max_attribute_length: int = Field(8192, gt=0)
+    spool_dir: str = ".infersight/spool"
+    spool_max_bytes: int = Field(1024**3, gt=0)
+    auth_token_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    store_content: bool = Field(False, description="keep prompt/completion text attributes")
+
+
+class Tracing(Section):
+    head_ratio: float = Field(1.0, ge=0, le=1)
+    random_timeline_share: float = Field(0.01, ge=0, le=1)
+    otlp_endpoint: str | None = None
+
+
+class Alertmanager(Section):
+    pagerduty_routing_key_file: str | None = None
+    slack_api_url_file: str | None = None
+    slack_channel: str = "#llm-oncall"
+    ticket_webhook_url: str = "http://127.0.0.1:9098/tickets"
+    autoscaler_webhook_url: str = "http://127.0.0.1:9099/scale"
+    gateway_webhook_url: str = "http://127.0.0.1:9097/breaker"
+    runbook_base_url: str = "https://github.com/infersight/infersight/blob/main/alerts/runbooks"
+
+
+class Config(Section):
+    cluster: str = "local"
+    slo: SLO = SLO()
+    thresholds: Thresholds = Thresholds()
+    capacity: Capacity = Capacity()
+    listeners: Listeners = Listeners()
+    clickhouse: ClickHouse = ClickHouse()
+    prometheus: Prometheus = Prometheus()
+    engines: Engines = Engines()
+    gpus: GPUs = GPUs()
+    pipeline: Pipeline = Pipeline()
+    tracing: Tracing = Tracing()
+    alertmanager: Alertmanager = Alertmanager()
+
+
+def _describe(error: dict[str, Any]) -> str:
+    key = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{key}: unknown key (check the spelling against the example infersight.yaml)"
+    if kind == "missing":
+        return f"{key}: required key is missing"
+    value = error.get("input")
+    expected = error["msg"]
+    if expected.startswith("Value error, "):
+        expected = expected[len("Value error, "):]
+    return f"{key}: got {value!r}; {expected[0].lower() + expected[1:]}"
+
+
+def parse_config(data: Any, source: str = "infersight.yaml") -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections, got {type(data).__name__}")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(e) for e in exc.errors()]
+        raise ConfigError(f"{source}: invalid configuration\n  " + "\n  ".join(lines)) from None
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load the config from ``path``, $INFERSIGHT_CONFIG, ./infersight.yaml, or use defaults."""
+    if path is None:
+        path = os.environ.get(ENV_VAR)
+    if path is None:
+        path = next((p for p in DEFAULT_PATHS if Path(p).is_file()), None)
+        if path is None:
+            return Config()
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: no such config file (pass --config PATH or create infersight.yaml)") from None
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{file}: not valid YAML{at}: {problem}") from None
+    return parse_config(data, str(file))

@@ -1,0 +1,56 @@
+"""GPU signals, produced by ``collectors/gpu`` (NVML + GPM, or the simulated backend).
+
+The GPU's product name is the ``gpu_model`` label, not ``model``: ``model`` is the LLM model
+everywhere else, and the two must not collide when GPU series are joined with engine series.
+Join GPU and engine series on ``node`` and ``gpu``.
+"""
+
+from infersight.signals.catalog import Kind, declare
+
+PRODUCER = "collectors.gpu"
+DEVICE_LABELS = ("node", "gpu", "uuid", "gpu_model")
+
+UP = declare("gpu_up", Kind.GAUGE, "", DEVICE_LABELS,
+             "1 if the GPU answered the last sample, 0 if it failed (its other series are then absent).", PRODUCER)
+INFO = declare("gpu_info", Kind.GAUGE, "", (*DEVICE_LABELS, "driver_version"),
+               "Always 1; carries the driver version.", PRODUCER)
+UTILIZATION = declare("gpu_utilization_ratio", Kind.GAUGE, "ratio", DEVICE_LABELS,
+                      "Share of time one or more kernels ran (NVML utilization.gpu), 0..1.", PRODUCER)
+MEMORY_BUSY = declare("gpu_memory_busy_ratio", Kind.GAUGE, "ratio", DEVICE_LABELS,
+                      "Share of time device memory was read or written (NVML utilization.memory), 0..1. "
+                      "A time share, not bandwidth.", PRODUCER)
+MEMORY_BANDWIDTH_UTILIZATION = declare(
+    "gpu_memory_bandwidth_utilization_ratio", Kind.GAUGE, "ratio", (*DEVICE_LABELS, "source"),
+    "DRAM bandwidth utilization 0..1: GPM DRAM_BW_UTIL where supported (source=\"gpm\"), "
+    "else the memory-busy time share (source=\"nvml_busy\").", PRODUCER)
+MEMORY_USED = declare("gpu_memory_used_bytes", Kind.GAUGE, "bytes", DEVICE_LABELS,
+                      "Device memory in use.", PRODUCER)
+MEMORY_TOTAL = declare("gpu_memory_total_bytes", Kind.GAUGE, "bytes", DEVICE_LABELS,
+                       "Device memory in total.", PRODUCER)
+POWER = declare("gpu_power_watts", Kind.GAUGE, "watts", DEVICE_LABELS, "Power draw.", PRODUCER)
+POWER_LIMIT = declare("gpu_power_limit_watts", Kind.GAUGE, "watts", DEVICE_LABELS,
+                      "Enforced power limit.", PRODUCER)
+ENERGY = declare("gpu_energy_joules_total", Kind.COUNTER, "joules", DEVICE_LABELS,
+                 "Energy consumed since the driver loaded.", PRODUCER)
+TEMPERATURE = declare("gpu_temperature_celsius", Kind.GAUGE, "celsius", DEVICE_LABELS,
+                      "GPU die temperature.", PRODUCER)
+SM_CLOCK = declare("gpu_sm_clock_hertz", Kind.GAUGE, "hertz", DEVICE_LABELS, "SM clock.", PRODUCER)
+MEMORY_CLOCK = declare("gpu_memory_clock_hertz", Kind.GAUGE, "hertz", DEVICE_LABELS, "Memory clock.", PRODUCER)
+CLOCK_EVENT = declare(
+    "gpu_clock_event_active", Kind.GAUGE, "", (*DEVICE_LABELS, "reason"),
+    "1 while the clock-event (throttle) reason is active: gpu_idle, applications_clocks, sw_power_cap, "
+    "hw_slowdown, sync_boost, sw_thermal, hw_thermal, hw_power_brake, display_clocks.", PRODUCER)
+ECC_ERRORS = declare("gpu_ecc_errors_total", Kind.COUNTER, "", (*DEVICE_LABELS, "type"),
+                     "ECC errors since the driver loaded, by type (corrected, uncorrected).", PRODUCER)
+XID_ERRORS = declare("gpu_xid_errors_total", Kind.COUNTER, "", (*DEVICE_LABELS, "xid"),
+                     "XID errors seen by the collector, by XID code (79: fallen off the bus).", PRODUCER)
+SM_ACTIVITY = declare("gpu_sm_activity_ratio", Kind.GAUGE, "ratio", DEVICE_LABELS,
+                      "GPM SM utilization 0..1 (share of SMs busy, time-averaged).", PRODUCER)
+SM_OCCUPANCY = declare("gpu_sm_occupancy_ratio", Kind.GAUGE, "ratio", DEVICE_LABELS,
+                       "GPM SM occupancy 0..1 (resident warps over the maximum).", PRODUCER)
+TENSOR_ACTIVITY = declare("gpu_tensor_activity_ratio", Kind.GAUGE, "ratio", DEVICE_LABELS,
+                          "GPM any-tensor-pipe utilization 0..1.", PRODUCER)
+PCIE_THROUGHPUT = declare("gpu_pcie_throughput_bytes_per_second", Kind.GAUGE, "bytes",
+                          (*DEVICE_LABELS, "direction"), "PCIe traffic (direction rx or tx), GPM.", PRODUCER)
+NVLINK_THROUGHPUT = declare("gpu_nvlink_throughput_bytes_per_second", Kind.GAUGE, "bytes",
+                            (*DEVICE_LABELS, "direction"), "NVLink traffic (direction rx or tx), GPM.", PRODUCER)

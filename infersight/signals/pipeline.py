@@ -1,0 +1,31 @@
+"""Pipeline health signals (``infersight_pipeline_*``), produced by ``pipelines/``."""
+
+from infersight.signals.catalog import Kind, declare
+
+PRODUCER = "pipelines"
+BATCH_ROW_BUCKETS = (1, 10, 100, 1000, 5000, 10000, 25000, 50000, 100000)
+INSERT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+SPANS_RECEIVED = declare("infersight_pipeline_spans_received_total", Kind.COUNTER, "", ("protocol",),
+                         "Spans received by the OTLP receivers (protocol grpc or http).", PRODUCER)
+SPANS_ACCEPTED = declare("infersight_pipeline_spans_accepted_total", Kind.COUNTER, "", ("protocol",),
+                         "Spans acknowledged (in ClickHouse or in the spool).", PRODUCER)
+SPANS_REJECTED = declare("infersight_pipeline_spans_rejected_total", Kind.COUNTER, "", ("protocol", "reason"),
+                         "Spans refused, by reason (malformed, invalid_id, queue_full, unauthorized, too_large).",
+                         PRODUCER)
+ATTRIBUTES_TRUNCATED = declare("infersight_pipeline_attributes_truncated_total", Kind.COUNTER, "", (),
+                               "Attribute values cut to the configured maximum length.", PRODUCER)
+QUEUE_DEPTH = declare("infersight_pipeline_queue_spans", Kind.GAUGE, "", (),
+                      "Spans waiting in memory for the writer.", PRODUCER)
+BATCH_ROWS = declare("infersight_pipeline_batch_rows", Kind.HISTOGRAM, "", ("table",),
+                     "Rows per insert batch.", PRODUCER, BATCH_ROW_BUCKETS)
+INSERT_DURATION = declare("infersight_pipeline_insert_duration_seconds", Kind.HISTOGRAM, "seconds", ("table",),
+                          "ClickHouse insert latency per batch.", PRODUCER, INSERT_BUCKETS)
+INSERT_RETRIES = declare("infersight_pipeline_insert_retries_total", Kind.COUNTER, "", (),
+                         "Insert attempts retried after a failure.", PRODUCER)
+SPOOL_BYTES = declare("infersight_pipeline_spool_bytes", Kind.GAUGE, "bytes", (),
+                      "Bytes in the on-disk spool awaiting replay.", PRODUCER)
+SPOOL_BATCHES = declare("infersight_pipeline_spool_batches", Kind.GAUGE, "", (),
+                        "Batches in the on-disk spool awaiting replay.", PRODUCER)
+REPLAYED_BATCHES = declare("infersight_pipeline_replayed_batches_total", Kind.COUNTER, "", (),
+                           "Spooled batches written to ClickHouse after it came back.", PRODUCER)

@@ -1,0 +1,50 @@
+"""Request signals, produced by ``instrumentation/`` in gateways, engines and the proxy.
+
+TTFT and TPOT buckets follow the OpenTelemetry GenAI semantic conventions
+(gen_ai.server.time_to_first_token, gen_ai.server.time_per_output_token).
+"""
+
+from infersight.signals.catalog import Kind, declare
+
+PRODUCER = "instrumentation"
+# instance: the upstream engine instance that served the request (host:port or a name).
+REQUEST_LABELS = ("model", "instance", "pool", "strategy")
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+TTFT = declare("llm_time_to_first_token_seconds", Kind.HISTOGRAM, "seconds", REQUEST_LABELS,
+               "Time from request arrival to the first output token, as the client sees it.",
+               PRODUCER, TTFT_BUCKETS)
+TPOT = declare("llm_time_per_output_token_seconds", Kind.HISTOGRAM, "seconds", REQUEST_LABELS,
+               "Per request: (e2e - TTFT) / (output tokens - 1).", PRODUCER, TPOT_BUCKETS)
+INTER_TOKEN = declare("llm_inter_token_latency_seconds", Kind.HISTOGRAM, "seconds", REQUEST_LABELS,
+                      "Gaps between consecutive output tokens (observed in bulk at request end).",
+                      PRODUCER, TPOT_BUCKETS)
+E2E = declare("llm_e2e_request_latency_seconds", Kind.HISTOGRAM, "seconds", REQUEST_LABELS,
+              "Request arrival to last token.", PRODUCER, E2E_BUCKETS)
+QUEUE_TIME = declare("llm_queue_time_seconds", Kind.HISTOGRAM, "seconds", REQUEST_LABELS,
+                     "Time a request waited in the gateway queue before routing.", PRODUCER, QUEUE_BUCKETS)
+REQUESTS = declare("llm_requests_total", Kind.COUNTER, "", (*REQUEST_LABELS, "outcome"),
+                   "Finished requests by outcome (success, error, cancelled, timeout, rejected).", PRODUCER)
+IN_FLIGHT = declare("llm_requests_in_flight", Kind.GAUGE, "", REQUEST_LABELS,
+                    "Requests accepted and not yet finished.", PRODUCER)
+RETRIES = declare("llm_retries_total", Kind.COUNTER, "", REQUEST_LABELS,
+                  "Retry attempts (attempts after the first).", PRODUCER)
+REJECTIONS = declare("llm_rejections_total", Kind.COUNTER, "", (*REQUEST_LABELS, "reason"),
+                     "Requests rejected without service (HTTP 503/429), by reason.", PRODUCER)
+TIMEOUTS = declare("llm_timeouts_total", Kind.COUNTER, "", (*REQUEST_LABELS, "kind"),
+                   "Requests that timed out, by kind (ttft, total, idle).", PRODUCER)
+INPUT_TOKENS = declare("llm_input_tokens_total", Kind.COUNTER, "tokens", REQUEST_LABELS,
+                       "Prompt tokens of finished requests.", PRODUCER)
+CACHED_INPUT_TOKENS = declare("llm_cached_input_tokens_total", Kind.COUNTER, "tokens", REQUEST_LABELS,
+                              "Prompt tokens served from the prefix cache.", PRODUCER)
+OUTPUT_TOKENS = declare("llm_output_tokens_total", Kind.COUNTER, "tokens", REQUEST_LABELS,
+                        "Output tokens of finished requests.", PRODUCER)
+SPANS_DROPPED = declare("infersight_tracing_spans_dropped_total", Kind.COUNTER, "", ("service",),
+                        "Spans the tracing SDK dropped before export (queue full).", PRODUCER)
+TIMELINES_KEPT = declare("infersight_tracing_timelines_total", Kind.COUNTER, "", ("model", "reason"),
+                         "Token timelines by tail-sampling decision reason (slow_ttft, slow_e2e, error, "
+                         "cancelled, timeout, random, not_kept).", PRODUCER)

@@ -1,0 +1,1 @@
+"""Request tracing for gateways and engines, token timelines, tail sampling, the instrumenting proxy."""

@@ -1,0 +1,1 @@
+"""OTLP receivers, batching, the ClickHouse writer, schema, spool and the post-incident queries."""

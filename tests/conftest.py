@@ -1,0 +1,122 @@
+"""Shared fixtures: real components (promtool, Prometheus, Alertmanager) and the fixture folder.
+
+A test that needs a real component calls :func:`require_tool`. On a developer's laptop without
+it the test skips; under ``CI=true`` it fails, so a green CI run never hides a missing install.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_tool(name: str) -> str:
+    """Path of the executable ``name``; skip locally, fail under CI when it is missing."""
+    path = shutil.which(name)
+    if path is None:
+        message = (f"{name} not found on PATH (Debian: apt-get install --no-install-recommends "
+                   "prometheus prometheus-alertmanager)")
+        if IN_CI:
+            pytest.fail(message + " -- CI must install it")
+        pytest.skip(message)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 20.0, expect: bytes | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                body = resp.read()
+                if expect is None or expect in body:
+                    return
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            last = exc
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not ready after {timeout}s: {last}")
+
+
+class PrometheusServer:
+    """A real Prometheus on 127.0.0.1 scraping the given targets every second."""
+
+    def __init__(self, targets: list[str], rule_files: list[str] | None = None, scrape_interval: str = "1s"):
+        self.binary = require_tool("prometheus")
+        self.dir = Path(tempfile.mkdtemp(prefix="infersight-prom-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {
+            "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+            "rule_files": rule_files or [],
+            "scrape_configs": [{"job_name": "infersight", "honor_labels": True,
+                                "static_configs": [{"targets": targets}]}],
+        }
+        (self.dir / "prometheus.yml").write_text(json.dumps(config))
+        self.proc = subprocess.Popen(
+            [self.binary, f"--config.file={self.dir / 'prometheus.yml'}", f"--storage.tsdb.path={self.dir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=subprocess.DEVNULL, stderr=open(self.dir / "prometheus.log", "wb"),
+        )
+        wait_http(self.url + "/-/ready", expect=b"Ready")
+
+    def query(self, promql: str) -> list[dict]:
+        url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            body = json.load(resp)
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def wait_for(self, promql: str, timeout: float = 20.0) -> list[dict]:
+        """Poll until the query returns at least one series."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = self.query(promql)
+            if result:
+                return result
+            time.sleep(0.5)
+        raise AssertionError(f"no result for {promql!r} after {timeout}s; log: {self.log()[-2000:]}")
+
+    def log(self) -> str:
+        return (self.dir / "prometheus.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def prometheus_server():
+    """Factory: ``prometheus_server(["127.0.0.1:9835"])`` starts a real Prometheus; stopped after the test."""
+    started: list[PrometheusServer] = []
+
+    def start(targets: list[str], **kwargs) -> PrometheusServer:
+        server = PrometheusServer(targets, **kwargs)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
