@@ -1,10 +1,11 @@
-"""``infersight collect gpu|engine``."""
+"""``infersight collect gpu|engine``: each collector registers its own subcommand."""
 
-from infersight.commands.unbuilt import unbuilt
+from infersight.collectors.engine import cli as engine_cli
+from infersight.collectors.gpu import cli as gpu_cli
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("collect", help="run a collector: GPU (NVML/GPM) or engine /metrics normalizer")
     sub = p.add_subparsers(dest="collector", metavar="COLLECTOR", required=True)
-    sub.add_parser("gpu", help="GPU exporter").set_defaults(func=unbuilt("collect gpu"))
-    sub.add_parser("engine", help="engine metrics normalizer").set_defaults(func=unbuilt("collect engine"))
+    gpu_cli.register(sub)
+    engine_cli.register(sub)

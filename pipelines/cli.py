@@ -1,13 +1,11 @@
-"""``infersight receive | db | traces | incident | up``."""
+"""``infersight receive | up | db | traces | incident``: each part registers its own subcommands."""
 
-from infersight.commands.unbuilt import unbuilt
+from infersight.pipelines.queries import cli as queries_cli
+from infersight.pipelines.receiver import cli as receiver_cli
+from infersight.pipelines.schema import cli as schema_cli
 
 
 def register(subparsers) -> None:
-    subparsers.add_parser("receive", help="run the OTLP receivers (gRPC 4317, HTTP 4318) into ClickHouse") \
-        .set_defaults(func=unbuilt("receive"))
-    subparsers.add_parser("db", help="ClickHouse schema: migrate, render").set_defaults(func=unbuilt("db"))
-    subparsers.add_parser("traces", help="post-incident trace queries").set_defaults(func=unbuilt("traces"))
-    subparsers.add_parser("incident", help="incident report (HTML + Markdown)").set_defaults(func=unbuilt("incident"))
-    subparsers.add_parser("up", help="start the embedded stack: local ClickHouse + receivers") \
-        .set_defaults(func=unbuilt("up"))
+    receiver_cli.register(subparsers)
+    schema_cli.register(subparsers)
+    queries_cli.register(subparsers)

@@ -1,0 +1,1 @@
+"""Engine collectors: scrape vLLM, SGLang, TGI, TensorRT-LLM /metrics and normalize them."""

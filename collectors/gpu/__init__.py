@@ -1,0 +1,1 @@
+"""GPU collector: NVML + GPM backends, a simulated backend, and the exporter."""

@@ -1,0 +1,1 @@
+"""Post-incident query library over the trace schema, and the incident report."""

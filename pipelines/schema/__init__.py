@@ -1,0 +1,1 @@
+"""ClickHouse schema: DDL for otel_traces, token events and rollups, and versioned migrations."""
