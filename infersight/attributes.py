@@ -1,0 +1,57 @@
+"""Span attribute keys and span names: the trace-side vocabulary, declared once.
+
+The instrumentation writes these, the pipeline's schema promotes the hot ones to columns, and the
+query library reads them. Values reach ClickHouse as text, as the OTel Collector writes them
+(strings as they are, numbers in decimal, booleans true/false, arrays as JSON).
+
+A *request span* is the one span per request per service (gateway, proxy or engine) that carries
+``llm.request.outcome``; rollups and post-incident queries select request spans by that key.
+"""
+
+# OpenTelemetry GenAI semantic conventions.
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"  # "chat", "text_completion"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"  # "vllm", "sglang", "openai" ...
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"  # string array
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+
+# Request outcome and timing (milliseconds as floats; Duration of the span is the e2e time).
+REQUEST_OUTCOME = "llm.request.outcome"  # success, error, cancelled, timeout, rejected
+REQUEST_ID = "llm.request.id"  # the gateway's request id (also carried as the W3C trace id)
+TTFT_MS = "llm.ttft_ms"
+TPOT_MS = "llm.tpot_ms"
+QUEUE_MS = "llm.queue_ms"
+CACHED_INPUT_TOKENS = "llm.usage.cached_input_tokens"
+TIMEOUT_KIND = "llm.timeout.kind"  # ttft, total, idle
+ERROR_TYPE = "error.type"  # OTel general convention
+
+# Where the request ran and how it was routed.
+INSTANCE = "llm.instance"
+POOL = "llm.pool"
+ROUTING_STRATEGY = "llm.routing.strategy"  # round_robin, least_conn, equal_cost, cache_aware
+ROUTING_CANDIDATES = "llm.routing.candidates"  # JSON: [{"instance":..,"score":..,"est_finish_ms":..,"cache_ratio":..}]
+ROUTING_ESTIMATED_FINISH_MS = "llm.routing.estimated_finish_ms"
+ROUTING_PREFIX_CACHE_RATIO = "llm.routing.prefix_cache_ratio"
+RETRY_ATTEMPT = "llm.retry.attempt"  # 0 for the first attempt
+RETRY_BACKOFF_MS = "llm.retry.backoff_ms"
+
+# Token timeline (kept by tail sampling) and its summary (always present on request spans).
+TOKEN_OFFSETS_US = "llm.token.offsets_us"  # int array: each token's offset from request start, in us
+TOKEN_COUNT = "llm.token.count"
+TOKEN_GAP_MEAN_MS = "llm.token.gap_mean_ms"
+TOKEN_GAP_MAX_MS = "llm.token.gap_max_ms"
+TOKEN_STALL_INDEX = "llm.token.stall_index"  # index of the token after the longest gap
+TOKEN_STALL_OFFSET_MS = "llm.token.stall_offset_ms"  # when the longest gap started, from request start
+SAMPLING_REASON = "llm.sampling.reason"  # slow_ttft, slow_e2e, error, cancelled, timeout, random, not_kept
+
+# Span names (request spans are named "<operation> <model>" per the GenAI conventions).
+SPAN_GATEWAY_QUEUE = "gateway.queue"
+SPAN_ROUTING = "gateway.route"
+SPAN_UPSTREAM = "upstream"  # one per attempt
+SPAN_ENGINE_QUEUE = "engine.queue"
+SPAN_PREFILL = "engine.prefill"
+SPAN_DECODE = "engine.decode"
