@@ -120,3 +120,71 @@ def prometheus_server():
     yield start
     for server in started:
         server.stop()
+
+
+# --- ClickHouse: a real HTTP server from chdb-core (pipelines/clickhouse_server.py) -------------------
+
+def require_chdb() -> None:
+    """Skip locally, fail under CI, when chdb-core (the embedded ClickHouse) is not installed."""
+    try:
+        import chdb._chdb  # noqa: F401
+    except ImportError as exc:
+        message = f"chdb-core is not importable ({exc}); pip install -e '.[test]'"
+        if IN_CI:
+            pytest.fail(message + " -- CI must install it")
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server(tmp_path_factory):
+    """The session's shared ClickHouse server (a started ``ClickHouseServer``), on 127.0.0.1 and a free port.
+
+    Attributes: ``url`` (http://127.0.0.1:PORT), ``host``, ``port``, ``data_dir``; ``client(database)`` returns
+    a clickhouse-connect client over HTTP. Share it through :func:`clickhouse_database` (a fresh database per
+    test); do not stop it -- fault tests use :func:`clickhouse_private_server` instead.
+    """
+    require_chdb()
+    from infersight.pipelines.clickhouse_server import ClickHouseServer
+
+    server = ClickHouseServer(tmp_path_factory.mktemp("clickhouse")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def clickhouse_database(clickhouse_server, request):
+    """Name of a fresh, empty database on the shared server, dropped after the test.
+
+    Connect with ``clickhouse_server.client(clickhouse_database)`` or the DSN
+    ``f"{clickhouse_server.url}/{clickhouse_database}"``.
+    """
+    name = f"t_{request.node.name}"[:40].translate({ord(c): "_" for c in "[]-.:/ ,="}) + f"_{os.getpid()}"
+    name = f"{name}_{int(time.monotonic_ns() % 1_000_000)}"
+    admin = clickhouse_server.client()
+    admin.command(f"CREATE DATABASE `{name}`")
+    yield name
+    admin.command(f"DROP DATABASE IF EXISTS `{name}` SYNC")
+    admin.close()
+
+
+@pytest.fixture
+def clickhouse_private_server(tmp_path):
+    """Factory for fault tests: ``server = clickhouse_private_server()`` starts a dedicated ClickHouse.
+
+    The test owns it: ``server.stop()`` (SIGTERM), ``server.kill()`` (SIGKILL) and ``server.start()`` again
+    reopen the same data folder (``server.data_dir``) on the same port, so clients keep their URL.
+    ``server.running`` tells whether it is up; ``server.log()`` shows its stderr. Stopped after the test.
+    """
+    require_chdb()
+    from infersight.pipelines.clickhouse_server import ClickHouseServer
+
+    started = []
+
+    def start(port: int = 0):
+        server = ClickHouseServer(tmp_path / f"clickhouse-{len(started)}", port=port).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
