@@ -41,6 +41,18 @@ class SLO(Section):
     ttft_p95_seconds: float = Field(1.0, gt=0, description="TTFT p95 target for dashboards and scale-out")
     tpot_p95_seconds: float = Field(0.1, gt=0, description="time per output token p95 target")
 
+    @field_validator("ttft_seconds")
+    @classmethod
+    def _on_a_bucket(cls, value: float) -> float:
+        # Burn-rate alerts count "good" requests from the histogram bucket at exactly this bound.
+        from infersight.signals.request import TTFT
+
+        if value not in TTFT.buckets:
+            bounds = ", ".join(f"{b:g}" for b in TTFT.buckets)
+            raise ValueError(f"must be a bucket boundary of {TTFT.name} so burn-rate alerts can count "
+                             f"requests under it; pick one of {bounds}")
+        return value
+
 
 class Thresholds(Section):
     gateway_queue_depth: float = Field(50, gt=0, description="30-minute mean gateway queue depth to scale out")
@@ -56,6 +68,10 @@ class Thresholds(Section):
     kv_usage_near_full: float = Field(0.95, gt=0, le=1)
     prefix_hit_collapse: float = Field(0.5, gt=0, lt=1, description="hit rate below this share of its 1d baseline")
     gpu_temperature_celsius: float = Field(85, gt=0)
+    cold_start_minutes: float = Field(15, gt=0, description="an instance younger than this is in its cold start")
+    cold_cache_hit_ratio: float = Field(0.1, gt=0, lt=1, description="prefix-cache hit ratio that means cache-cold")
+    exporter_jobs: str = Field("infersight.*", min_length=1,
+                               description="regex of the Prometheus job names that scrape infersight exporters")
 
 
 class Capacity(Section):
