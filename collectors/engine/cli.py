@@ -1,7 +1,135 @@
-"""``infersight collect engine``."""
+"""``infersight collect engine``: scrape engine /metrics and serve them normalized."""
 
-from infersight.commands.unbuilt import unbuilt
+from __future__ import annotations
+
+import argparse
+import sys
+
+from infersight.commands.output import FORMATS
+
+EPILOG = """\
+targets come from engines.targets in the config, --target (repeatable) and a file_sd file
+(--file-sd or engines.file_sd, re-read when it changes). ENGINE is one of auto, vllm, sglang,
+tgi, triton, trtllm (auto detects it from the exposition).
+
+examples:
+  infersight collect engine --target vllm=http://10.0.0.5:8000/metrics
+  infersight collect engine --target http://127.0.0.1:30000/metrics --once
+  infersight collect engine --file-sd engines.json --listen 127.0.0.1:9836
+"""
 
 
 def register(subparsers) -> None:
-    subparsers.add_parser("engine", help="engine metrics normalizer").set_defaults(func=unbuilt("collect engine"))
+    p = subparsers.add_parser(
+        "engine", help="scrape vLLM, SGLang, TGI, TensorRT-LLM /metrics and serve them as normalized llm_* metrics",
+        description="Scrape inference engines' /metrics concurrently and serve one normalized vocabulary "
+                    "(llm_* signals) on 127.0.0.1. A failed target exposes llm_engine_up 0 and no other series.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", action="append", default=[], metavar="[ENGINE=]URL",
+                   help="an engine /metrics URL, e.g. vllm=http://host:8000/metrics (repeatable)")
+    p.add_argument("--file-sd", metavar="PATH", help="Prometheus file_sd JSON/YAML file with more targets "
+                                                     "(default: engines.file_sd)")
+    p.add_argument("--listen", metavar="HOST:PORT",
+                   help="where to serve /metrics (default: listeners.engine_exporter, 127.0.0.1:9836)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="per-target scrape timeout "
+                                                                    "(default: engines.timeout_seconds, 2)")
+    p.add_argument("--max-bytes", type=int, metavar="N", help="per-target body size limit "
+                                                              "(default: engines.max_bytes, 8 MiB)")
+    p.add_argument("--once", action="store_true",
+                   help="run one collection cycle, print it and exit (1 if any target failed)")
+    p.add_argument("--format", choices=("prom", *FORMATS), default="prom",
+                   help="with --once: prom prints the normalized exposition; table, json and csv print "
+                        "one status row per target (default: prom)")
+    p.set_defaults(func=run)
+
+
+def run(args, config) -> int:
+    from infersight.collectors.exporter import parse_listen
+
+    from .collector import EngineCollector
+    from .targets import TargetError, from_config, parse_target_arg
+
+    engines = config.engines
+    timeout = args.timeout if args.timeout is not None else engines.timeout_seconds
+    max_bytes = args.max_bytes if args.max_bytes is not None else engines.max_bytes
+    if timeout <= 0 or max_bytes <= 0:
+        return _fail("--timeout and --max-bytes must be positive")
+    file_sd = args.file_sd or engines.file_sd
+    try:
+        targets = from_config(engines) + [parse_target_arg(spec) for spec in args.target]
+        collector = EngineCollector(targets, file_sd, timeout=timeout, max_bytes=max_bytes)
+    except TargetError as exc:
+        return _fail(str(exc))
+    if not targets and not file_sd:
+        return _fail("no engine targets: pass --target ENGINE=URL, --file-sd PATH, or set engines.targets "
+                     "in infersight.yaml")
+    try:
+        if args.once:
+            return _once(collector, args.format)
+        listen = args.listen or config.listeners.engine_exporter
+        try:
+            parse_listen(listen)
+        except ValueError as exc:
+            return _fail(str(exc))
+        return _serve(collector, listen)
+    finally:
+        collector.close()
+
+
+def _once(collector, fmt: str) -> int:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from infersight.commands.output import render
+
+    cycle = collector.run_cycle()
+    if cycle.file_sd_error:
+        print(f"infersight: file_sd: {cycle.file_sd_error}", file=sys.stderr)
+    if fmt == "prom":
+        registry = CollectorRegistry()
+        registry.register(_Frozen(cycle.families))
+        sys.stdout.write(generate_latest(registry).decode())
+    else:
+        print(render([r.row() for r in cycle.results], fmt,
+                     ["target", "engine", "up", "series", "seconds", "error", "detail"]))
+    failed = [r for r in cycle.results if not r.up]
+    for r in failed:
+        print(f"infersight: target {r.target.name} ({r.target.url}) failed: {r.reason}: {r.detail}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+class _Frozen:
+    """Serves families already collected (prints the cycle we ran, without scraping again)."""
+
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)
+
+
+def _serve(collector, listen: str) -> int:
+    import threading
+
+    from infersight.collectors.exporter import serve
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    registry.register(collector)
+    try:
+        server, _thread = serve(registry, listen)
+    except OSError as exc:
+        return _fail(f"cannot listen on {listen}: {exc.strerror or exc} (is the port in use? pick another "
+                     "with --listen)")
+    host = listen.rpartition(":")[0]
+    print(f"infersight: serving normalized engine metrics on http://{host}:{server.server_port}/metrics",
+          file=sys.stderr, flush=True)
+    try:
+        threading.Event().wait()
+    finally:
+        server.shutdown()
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"infersight: collect engine: {message}", file=sys.stderr)
+    return 2

@@ -23,8 +23,15 @@ UP = declare("llm_engine_up", Kind.GAUGE, "", ("target", "engine"),
 SCRAPE_DURATION = declare("llm_engine_scrape_duration_seconds", Kind.GAUGE, "seconds", ("target", "engine"),
                           "Duration of the last scrape of the engine target.", PRODUCER)
 SCRAPE_ERRORS = declare("infersight_engine_scrape_errors_total", Kind.COUNTER, "", ("target", "reason"),
-                        "Failed engine scrapes by reason (down, timeout, malformed, too_large, http_status).",
-                        PRODUCER)
+                        "Failed engine scrapes by reason (down, timeout, malformed, too_large, http_status, "
+                        "unrecognized: no series of a known engine).", PRODUCER)
+TARGETS = declare("infersight_engine_targets", Kind.GAUGE, "", (),
+                  "Engine targets the collector scrapes (config, command line and file_sd together).", PRODUCER)
+COLLECTION_DURATION = declare("infersight_engine_collection_duration_seconds", Kind.GAUGE, "seconds", (),
+                              "Duration of the last collection cycle over all engine targets.", PRODUCER)
+FILE_SD_RELOADS = declare("infersight_engine_file_sd_reloads_total", Kind.COUNTER, "", ("result",),
+                          "Reloads of the file_sd target file by result (success, error: the last good "
+                          "targets are kept).", PRODUCER)
 REQUESTS_RUNNING = declare("llm_requests_running", Kind.GAUGE, "", ENGINE_LABELS,
                            "Requests in the engine's running batch.", PRODUCER)
 REQUESTS_WAITING = declare("llm_requests_waiting", Kind.GAUGE, "", ENGINE_LABELS,
@@ -45,7 +52,8 @@ GENERATION_TOKENS = declare("llm_generation_tokens_total", Kind.COUNTER, "tokens
                             "Tokens generated (decode).", PRODUCER)
 REQUESTS_FINISHED = declare("llm_engine_requests_finished_total", Kind.COUNTER, "",
                             (*ENGINE_LABELS, "finish_reason"),
-                            "Requests the engine finished, by finish reason (stop, length, abort, error).",
+                            "Requests the engine finished, by finish reason (stop, length, abort, error; "
+                            "success where the engine does not tell stop from length).",
                             PRODUCER)
 TTFT = declare("llm_engine_time_to_first_token_seconds", Kind.HISTOGRAM, "seconds", ENGINE_LABELS,
                "Time to first token as the engine measures it.", PRODUCER, LATENCY_BUCKETS)
