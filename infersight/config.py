@@ -186,9 +186,23 @@ class Pipeline(Section):
 
 
 class Tracing(Section):
-    head_ratio: float = Field(1.0, ge=0, le=1)
+    head_ratio: float = Field(1.0, ge=0, le=1, description="share of request spans recorded (head sampling)")
     random_timeline_share: float = Field(0.01, ge=0, le=1)
+    slow_quantile: float = Field(0.99, gt=0, lt=1, description="keep timelines above this rolling quantile")
+    slow_min_samples: int = Field(100, ge=1, description="requests per model before 'slow' is judged")
     otlp_endpoint: str | None = None
+    otlp_protocol: Literal["grpc", "http/protobuf"] | None = None
+    max_queue_size: int | None = Field(None, gt=0, description="span queue; default 65536 or OTEL_BSP_MAX_QUEUE_SIZE")
+    max_export_batch_size: int | None = Field(None, gt=0)
+    schedule_delay_ms: float | None = Field(None, gt=0)
+    max_span_events: int | None = Field(None, ge=0, description="default 16384 or OTEL_SPAN_EVENT_COUNT_LIMIT")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("expected a URL such as http://127.0.0.1:4317 (gRPC) or http://127.0.0.1:4318 (HTTP)")
+        return value
 
 
 class Alertmanager(Section):

@@ -43,8 +43,12 @@ CACHED_INPUT_TOKENS = declare("llm_cached_input_tokens_total", Kind.COUNTER, "to
                               "Prompt tokens served from the prefix cache.", PRODUCER)
 OUTPUT_TOKENS = declare("llm_output_tokens_total", Kind.COUNTER, "tokens", REQUEST_LABELS,
                         "Output tokens of finished requests.", PRODUCER)
-SPANS_DROPPED = declare("infersight_tracing_spans_dropped_total", Kind.COUNTER, "", ("service",),
-                        "Spans the tracing SDK dropped before export (queue full).", PRODUCER)
+SPANS_DROPPED = declare("infersight_tracing_spans_dropped_total", Kind.COUNTER, "", ("service", "reason"),
+                        "Spans lost before reaching the collector, by reason (queue_full: the batch queue "
+                        "overflowed in a burst; export_failed: the exporter gave up after its retries).", PRODUCER)
+SPAN_ITEMS_DROPPED = declare("infersight_tracing_span_items_dropped_total", Kind.COUNTER, "", ("service", "item"),
+                             "Events, attributes or links evicted from spans by the SDK's span limits "
+                             "(item: event, attribute, link).", PRODUCER)
 TIMELINES_KEPT = declare("infersight_tracing_timelines_total", Kind.COUNTER, "", ("model", "reason"),
                          "Token timelines by tail-sampling decision reason (slow_ttft, slow_e2e, error, "
                          "cancelled, timeout, random, not_kept).", PRODUCER)

@@ -1,0 +1,462 @@
+"""The request tracer: one context per request, producing catalog metrics and GenAI spans.
+
+Usage in a gateway (an engine or a proxy calls the same methods, minus ``queued``/``routed``)::
+
+    from prometheus_client import CollectorRegistry
+    from infersight.instrumentation import Candidate, RequestTracer, TailSampler, setup_tracing
+
+    tracing = setup_tracing("gateway")                     # OTLP exporter from OTEL_* env vars
+    registry = CollectorRegistry()                         # serve it on /metrics
+    tracer = RequestTracer(registry=registry, tracer_provider=tracing.provider,
+                           sampler=TailSampler(random_share=0.01), provider_name="vllm")
+
+    with tracer.start("llama-3-8b", headers=incoming_headers, pool="stable",
+                      strategy="cache_aware") as req:     # request arrival
+        req.queued()                                       # waits in the gateway queue
+        req.routed("10.0.0.7:8000", candidates=[Candidate("10.0.0.7:8000", score=0.2,
+                   estimated_finish_ms=840, cache_ratio=0.9)])
+        headers = req.inject({})                           # traceparent for the upstream call
+        for chunk in upstream_stream(headers):
+            req.token()                                    # hot path: one append, ~100 ns
+        req.finish("stop", input_tokens=812, output_tokens=256, cached_input_tokens=768)
+
+Leaving the ``with`` block without a finish call finishes the request: as ``success`` on a normal
+exit, ``cancelled`` on ``asyncio.CancelledError``, ``error`` on any other exception. Other endings:
+``req.retry(backoff_s=0.1)`` then ``req.routed(...)`` again, ``req.timeout("ttft" | "total" |
+"idle")``, ``req.cancel()``, ``req.fail("upstream_5xx")``, ``req.reject("overloaded")``. Every
+ending returns a :class:`RequestSummary`; a second ending is ignored and returns the first.
+
+The span tree per request and service: the request span ``"<operation> <model>"`` (SERVER) with
+children ``gateway.queue``, ``gateway.route`` and one ``upstream`` (CLIENT) span per attempt.
+Token times are not span events: the tail sampler keeps the whole timeline as one attribute,
+``llm.token.offsets_us``, only for the requests that matter (see :mod:`.sampling`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from prometheus_client import CollectorRegistry
+
+from infersight import attributes as attr
+from infersight.instrumentation import sampling, timeline
+from infersight.instrumentation.metrics import RequestMetrics
+from infersight.instrumentation.propagation import extract_context, format_traceparent, inject_context
+
+_now = time.perf_counter_ns
+OUTCOMES = ("success", "error", "cancelled", "timeout", "rejected")
+TIMEOUT_KINDS = ("ttft", "total", "idle")
+SCOPE = "infersight.instrumentation"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One instance the router considered, with the figures it decided on."""
+
+    instance: str
+    score: float | None = None
+    estimated_finish_ms: float | None = None
+    cache_ratio: float | None = None  # share of the prompt already in this instance's prefix cache
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"instance": self.instance}
+        if self.score is not None:
+            out["score"] = self.score
+        if self.estimated_finish_ms is not None:
+            out["est_finish_ms"] = self.estimated_finish_ms
+        if self.cache_ratio is not None:
+            out["cache_ratio"] = self.cache_ratio
+        return out
+
+
+@dataclass(frozen=True)
+class RequestSummary:
+    """How a request ended, as recorded in its metrics and request span."""
+
+    outcome: str
+    finish_reason: str | None
+    ttft_s: float | None
+    e2e_s: float
+    queue_s: float | None
+    token_count: int
+    attempts: int
+    sampling_reason: str
+    offsets_us: list[int] | None  # the kept timeline, None when not kept
+    trace_id: str  # 32 hex digits
+
+    @property
+    def timeline_kept(self) -> bool:
+        return self.offsets_us is not None
+
+
+class RequestTracer:
+    """Creates a :class:`RequestContext` per request; holds the metrics, span tracer and sampler.
+
+    ``registry`` is where the catalog metrics are registered (a private one when omitted, see
+    ``.registry``). ``tracer_provider`` defaults to the global OpenTelemetry provider; its sampler
+    applies the head ratio to request spans. ``sampler`` makes the tail decision on timelines.
+    """
+
+    def __init__(self, *, registry: CollectorRegistry | None = None,
+                 tracer_provider: trace.TracerProvider | None = None,
+                 sampler: sampling.TailSampler | None = None, provider_name: str | None = None,
+                 span_kind: SpanKind = SpanKind.SERVER) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = RequestMetrics(self.registry)
+        provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        self.otel = provider.get_tracer(SCOPE)
+        self.sampler = sampler if sampler is not None else sampling.TailSampler()
+        self.provider_name = provider_name
+        self.span_kind = span_kind
+
+    def start(self, model: str, *, operation: str = "chat", headers: Mapping[str, str] | None = None,
+              request_id: str | None = None, instance: str = "", pool: str = "", strategy: str = "",
+              max_tokens: int | None = None, provider_name: str | None = None) -> RequestContext:
+        """Begin tracing a request that arrives now.
+
+        ``headers`` are the incoming request's headers: a W3C ``traceparent`` there makes this
+        request span a child of the caller's span (same trace id). ``instance`` is known at start
+        in an engine or proxy; a gateway leaves it empty and calls :meth:`RequestContext.routed`.
+        """
+        if not model:
+            raise ValueError("model must be a non-empty string (it is the model label)")
+        return RequestContext(self, model, operation, headers, request_id, instance, pool, strategy, max_tokens,
+                              provider_name or self.provider_name)
+
+
+class RequestContext:
+    """The tracing state of one request. Not thread-safe: one request, one task or thread."""
+
+    __slots__ = ("_tracer", "model", "operation", "instance", "pool", "strategy", "_start_ns", "_start_wall_ns",
+                 "_times", "_first_token_ns", "_queued_ns", "_queue_s", "_span", "_recording", "_upstream",
+                 "attempt", "_backoff_s", "_summary", "request_id")
+
+    def __init__(self, tracer: RequestTracer, model: str, operation: str, headers: Mapping[str, str] | None,
+                 request_id: str | None, instance: str, pool: str, strategy: str, max_tokens: int | None,
+                 provider_name: str | None) -> None:
+        self._start_wall_ns = time.time_ns()
+        self._start_ns = _now()
+        self._tracer = tracer
+        self.model, self.operation = model, operation
+        self.instance, self.pool, self.strategy = instance, pool, strategy
+        self._times = timeline.new_buffer()
+        self._first_token_ns: int | None = None
+        self._queued_ns: int | None = None
+        self._queue_s: float | None = None
+        self._upstream: trace.Span | None = None
+        self.attempt = 0
+        self._backoff_s: float | None = None
+        self._summary: RequestSummary | None = None
+        attributes: dict[str, Any] = {attr.GEN_AI_OPERATION_NAME: operation, attr.GEN_AI_REQUEST_MODEL: model}
+        if provider_name:
+            attributes[attr.GEN_AI_PROVIDER_NAME] = provider_name
+        if max_tokens is not None:
+            attributes[attr.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
+        self._span = tracer.otel.start_span(f"{operation} {model}", context=extract_context(headers),
+                                            kind=tracer.span_kind, start_time=self._start_wall_ns,
+                                            attributes=attributes)
+        self._recording = self._span.is_recording()
+        # The gateway's request id: the caller's, else the trace id (which travels in traceparent).
+        self.request_id = request_id or self.trace_id
+        if self._recording:
+            self._span.set_attribute(attr.REQUEST_ID, self.request_id)
+        tracer.metrics.in_flight_child(model, instance, pool, strategy).inc()
+
+    # -- identity and propagation ------------------------------------------------------------------
+    @property
+    def span(self) -> trace.Span:
+        """The request span (for extra attributes; end it only through this context)."""
+        return self._span
+
+    @property
+    def trace_id(self) -> str:
+        return f"{self._span.get_span_context().trace_id:032x}"
+
+    @property
+    def traceparent(self) -> str:
+        """The traceparent to send upstream: the current attempt's span, else the request span."""
+        return format_traceparent((self._upstream or self._span).get_span_context())
+
+    def inject(self, headers: MutableMapping[str, str] | None = None) -> MutableMapping[str, str]:
+        """Add ``traceparent`` (and ``tracestate``) for the upstream call to ``headers``; return them."""
+        return inject_context({} if headers is None else headers, self._upstream or self._span)
+
+    def _wall(self, perf_ns: int) -> int:
+        return self._start_wall_ns + (perf_ns - self._start_ns)
+
+    # -- gateway steps ------------------------------------------------------------------------------
+    def queued(self) -> None:
+        """The request entered the gateway queue (counted in the queue-depth gauge until routed)."""
+        if self._queued_ns is not None or self._summary is not None:
+            return
+        self._queued_ns = _now()
+        self._tracer.metrics.queue_depth.labels(self.model, self.pool, self.strategy).inc()
+
+    def _leave_queue(self, now_ns: int) -> None:
+        if self._queued_ns is None or self._queue_s is not None:
+            return
+        self._queue_s = (now_ns - self._queued_ns) / 1e9
+        self._tracer.metrics.queue_depth.labels(self.model, self.pool, self.strategy).dec()
+        if self._recording:
+            span = self._tracer.otel.start_span(attr.SPAN_GATEWAY_QUEUE, context=trace.set_span_in_context(self._span),
+                                                start_time=self._wall(self._queued_ns))
+            span.end(end_time=self._wall(now_ns))
+
+    def routed(self, instance: str, *, strategy: str | None = None, pool: str | None = None,
+               candidates: Sequence[Candidate] = (), estimated_finish_ms: float | None = None,
+               prefix_cache_ratio: float | None = None) -> None:
+        """The router picked ``instance``: ends the queue wait and starts the upstream attempt.
+
+        ``candidates`` are the instances it weighed (scores, estimated finish, prefix-cache ratio);
+        ``estimated_finish_ms``/``prefix_cache_ratio`` describe the chosen one. After a
+        :meth:`retry`, call ``routed`` again for the next attempt (same or another instance).
+        """
+        if self._summary is not None:
+            return
+        now_ns = _now()
+        self._leave_queue(now_ns)
+        self._relabel(instance, pool if pool is not None else self.pool,
+                      strategy if strategy is not None else self.strategy)
+        if self._recording:
+            route_attrs: dict[str, Any] = {attr.INSTANCE: instance, attr.RETRY_ATTEMPT: self.attempt}
+            if self.strategy:
+                route_attrs[attr.ROUTING_STRATEGY] = self.strategy
+            if self.pool:
+                route_attrs[attr.POOL] = self.pool
+            if candidates:
+                route_attrs[attr.ROUTING_CANDIDATES] = json.dumps([c.as_dict() for c in candidates])
+            if estimated_finish_ms is not None:
+                route_attrs[attr.ROUTING_ESTIMATED_FINISH_MS] = float(estimated_finish_ms)
+            if prefix_cache_ratio is not None:
+                route_attrs[attr.ROUTING_PREFIX_CACHE_RATIO] = float(prefix_cache_ratio)
+            wall = self._wall(now_ns)
+            span = self._tracer.otel.start_span(attr.SPAN_ROUTING, context=trace.set_span_in_context(self._span),
+                                                start_time=wall, attributes=route_attrs)
+            span.end(end_time=wall)
+        self._start_upstream(now_ns)
+
+    def upstream(self, instance: str | None = None) -> None:
+        """Start an upstream attempt without a routing decision (a proxy or a fixed backend)."""
+        if self._summary is not None:
+            return
+        if instance is not None and instance != self.instance:
+            self._relabel(instance, self.pool, self.strategy)
+        self._start_upstream(_now())
+
+    def _relabel(self, instance: str, pool: str, strategy: str) -> None:
+        if (instance, pool, strategy) == (self.instance, self.pool, self.strategy):
+            return
+        metrics = self._tracer.metrics
+        metrics.in_flight_child(self.model, self.instance, self.pool, self.strategy).dec()
+        self.instance, self.pool, self.strategy = instance, pool, strategy
+        metrics.in_flight_child(self.model, instance, pool, strategy).inc()
+
+    def _start_upstream(self, now_ns: int) -> None:
+        self._end_upstream(now_ns, None)
+        if not self._recording:
+            return
+        upstream_attrs: dict[str, Any] = {attr.INSTANCE: self.instance, attr.RETRY_ATTEMPT: self.attempt}
+        if self._backoff_s is not None:
+            upstream_attrs[attr.RETRY_BACKOFF_MS] = self._backoff_s * 1000.0
+        self._upstream = self._tracer.otel.start_span(attr.SPAN_UPSTREAM, context=trace.set_span_in_context(self._span),
+                                                      kind=SpanKind.CLIENT, start_time=self._wall(now_ns),
+                                                      attributes=upstream_attrs)
+
+    def _end_upstream(self, now_ns: int, error_type: str | None) -> None:
+        span, self._upstream = self._upstream, None
+        if span is None:
+            return
+        if error_type:
+            span.set_attribute(attr.ERROR_TYPE, error_type)
+            span.set_status(Status(StatusCode.ERROR, error_type))
+        span.end(end_time=self._wall(now_ns))
+
+    def retry(self, *, backoff_s: float = 0.0, error_type: str = "upstream_error") -> None:
+        """The current attempt failed and will be retried after ``backoff_s`` seconds.
+
+        Ends the attempt's upstream span as an error and counts a retry; the next attempt starts
+        with :meth:`routed` (or :meth:`upstream`) and records the attempt number and backoff.
+        """
+        if self._summary is not None:
+            return
+        if backoff_s < 0:
+            raise ValueError(f"backoff_s must be >= 0, got {backoff_s}")
+        self._end_upstream(_now(), error_type)
+        self.attempt += 1
+        self._backoff_s = backoff_s
+        self._tracer.metrics.bundle(self.model, self.instance, self.pool, self.strategy).retries.inc()
+
+    # -- token stream (hot path) --------------------------------------------------------------------
+    def token(self) -> None:
+        """One output token (or one streamed chunk) arrived now. About 100 ns: one array append."""
+        self._times.append(_now())
+
+    def tokens(self, count: int) -> None:
+        """``count`` tokens arrived together now (a chunk carrying several tokens)."""
+        if count > 0:
+            self._times.extend((_now(),) * count)
+
+    def first_token(self) -> None:
+        """Mark the first token without recording one (e.g. a non-streaming engine ends prefill)."""
+        if self._first_token_ns is None:
+            self._first_token_ns = _now()
+
+    # -- endings ---------------------------------------------------------------------------------
+    def finish(self, reason: str | None = "stop", *, input_tokens: int | None = None,
+               output_tokens: int | None = None, cached_input_tokens: int | None = None,
+               response_model: str | None = None, response_id: str | None = None) -> RequestSummary:
+        """The request completed; ``reason`` is the finish reason (stop, length, tool_calls ...)."""
+        return self._end("success", finish_reason=reason, input_tokens=input_tokens, output_tokens=output_tokens,
+                         cached_input_tokens=cached_input_tokens, response_model=response_model,
+                         response_id=response_id)
+
+    def fail(self, error_type: str, *, message: str | None = None, **usage: Any) -> RequestSummary:
+        """The request failed (upstream error, malformed stream ...); ``error_type`` is low-cardinality."""
+        if not error_type:
+            raise ValueError("error_type must be a short non-empty string, e.g. 'upstream_5xx'")
+        return self._end("error", error_type=error_type, message=message, **usage)
+
+    def timeout(self, kind: str, **usage: Any) -> RequestSummary:
+        """The request timed out: ``kind`` is ``ttft``, ``total`` or ``idle`` (stream stalled)."""
+        if kind not in TIMEOUT_KINDS:
+            raise ValueError(f"timeout kind must be one of {', '.join(TIMEOUT_KINDS)}, got {kind!r}")
+        return self._end("timeout", error_type="timeout", timeout_kind=kind, **usage)
+
+    def cancel(self, **usage: Any) -> RequestSummary:
+        """The client went away (disconnect) before the request completed."""
+        return self._end("cancelled", error_type="cancelled", **usage)
+
+    def reject(self, reason: str = "overloaded", *, status: int = 503) -> RequestSummary:
+        """The request was turned away without service (HTTP ``status``, 503 or 429)."""
+        return self._end("rejected", error_type=str(status), rejection_reason=reason)
+
+    @property
+    def finished(self) -> bool:
+        return self._summary is not None
+
+    @property
+    def summary(self) -> RequestSummary | None:
+        return self._summary
+
+    def __enter__(self) -> RequestContext:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self._summary is None:
+            if exc_type is None:
+                self.finish(None)
+            elif issubclass(exc_type, asyncio.CancelledError):
+                self.cancel()
+            else:
+                if self._recording:
+                    self._span.record_exception(exc)
+                self.fail(exc_type.__qualname__, message=str(exc))
+        return False
+
+    def _end(self, outcome: str, *, finish_reason: str | None = None, error_type: str | None = None,
+             message: str | None = None, timeout_kind: str | None = None, rejection_reason: str | None = None,
+             input_tokens: int | None = None, output_tokens: int | None = None,
+             cached_input_tokens: int | None = None, response_model: str | None = None,
+             response_id: str | None = None) -> RequestSummary:
+        if self._summary is not None:
+            return self._summary
+        end_ns = _now()
+        self._leave_queue(end_ns)
+        metrics, times = self._tracer.metrics, self._times
+        bundle = metrics.bundle(self.model, self.instance, self.pool, self.strategy)
+        count = len(times)
+
+        first_ns = self._first_token_ns
+        if count and (first_ns is None or times[0] < first_ns):
+            first_ns = times[0]
+        ttft_s = (first_ns - self._start_ns) / 1e9 if first_ns is not None else None
+        e2e_s = (end_ns - self._start_ns) / 1e9
+        produced = output_tokens if output_tokens is not None else (count or None)
+        tpot_s = None
+        if count >= 2:
+            tpot_s = (times[-1] - times[0]) / 1e9 / (count - 1)
+        elif produced and produced >= 2 and ttft_s is not None:
+            tpot_s = (e2e_s - ttft_s) / (produced - 1)
+
+        # Metrics: every request, sampled or not.
+        bundle.in_flight.dec()
+        bundle.outcome(outcome).inc()
+        if outcome == "rejected":
+            metrics.rejections.labels(*bundle.labels, rejection_reason).inc()
+        else:
+            bundle.e2e.observe(e2e_s)
+            if ttft_s is not None:
+                bundle.ttft.observe(ttft_s)
+            if tpot_s is not None:
+                bundle.tpot.observe(tpot_s)
+            if count >= 2:
+                metrics.observe_gaps(bundle.labels, timeline.gaps_seconds(times))
+        if self._queue_s is not None:
+            bundle.queue_time.observe(self._queue_s)
+        if timeout_kind is not None:
+            metrics.timeouts.labels(*bundle.labels, timeout_kind).inc()
+        if input_tokens:
+            bundle.input_tokens.inc(input_tokens)
+        if cached_input_tokens:
+            bundle.cached_input_tokens.inc(cached_input_tokens)
+        if produced:
+            bundle.output_tokens.inc(produced)
+
+        # Tail sampling: keep the timeline only for the requests that matter.
+        if outcome == "rejected":
+            reason = sampling.NOT_KEPT
+        else:
+            reason = self._tracer.sampler.decide(self.model, outcome, ttft_s, e2e_s)
+        metrics.timelines.labels(self.model, reason).inc()
+        offsets = timeline.offsets_us(times, self._start_ns) if reason != sampling.NOT_KEPT and count else None
+
+        if self._recording:
+            self._record_span(outcome, finish_reason, error_type, message, timeout_kind, input_tokens, produced,
+                              cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets)
+        self._end_upstream(end_ns, error_type if outcome in ("error", "timeout") else None)
+        self._span.end(end_time=self._wall(end_ns))
+        self._summary = RequestSummary(outcome, finish_reason, ttft_s, e2e_s, self._queue_s, count, self.attempt + 1,
+                                       reason, offsets, self.trace_id)
+        return self._summary
+
+    def _record_span(self, outcome, finish_reason, error_type, message, timeout_kind, input_tokens, output_tokens,
+                     cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets) -> None:
+        summary = timeline.summarize(self._times, self._start_ns)
+        values: dict[str, Any] = {
+            attr.REQUEST_OUTCOME: outcome,
+            attr.SAMPLING_REASON: reason,
+            attr.TOKEN_COUNT: summary.count,
+            attr.RETRY_ATTEMPT: self.attempt,
+        }
+        optional = {
+            attr.INSTANCE: self.instance or None,
+            attr.POOL: self.pool or None,
+            attr.ROUTING_STRATEGY: self.strategy or None,
+            attr.GEN_AI_RESPONSE_FINISH_REASONS: [finish_reason] if finish_reason else None,
+            attr.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
+            attr.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,
+            attr.CACHED_INPUT_TOKENS: cached_input_tokens,
+            attr.GEN_AI_RESPONSE_MODEL: response_model,
+            attr.GEN_AI_RESPONSE_ID: response_id,
+            attr.TTFT_MS: ttft_s * 1000.0 if ttft_s is not None else None,
+            attr.TPOT_MS: tpot_s * 1000.0 if tpot_s is not None else None,
+            attr.QUEUE_MS: self._queue_s * 1000.0 if self._queue_s is not None else None,
+            attr.TIMEOUT_KIND: timeout_kind,
+            attr.ERROR_TYPE: error_type,
+            attr.TOKEN_GAP_MEAN_MS: summary.gap_mean_ms,
+            attr.TOKEN_GAP_MAX_MS: summary.gap_max_ms,
+            attr.TOKEN_STALL_INDEX: summary.stall_index,
+            attr.TOKEN_STALL_OFFSET_MS: summary.stall_offset_ms,
+            attr.TOKEN_OFFSETS_US: offsets,
+        }
+        values.update((key, value) for key, value in optional.items() if value is not None)
+        self._span.set_attributes(values)
+        if outcome in ("error", "timeout", "rejected"):
+            self._span.set_status(Status(StatusCode.ERROR, message or error_type))
