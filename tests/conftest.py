@@ -168,6 +168,16 @@ def clickhouse_database(clickhouse_server, request):
 
 
 @pytest.fixture
+def clickhouse_schema(clickhouse_server, clickhouse_database):
+    """Name of a fresh database on the shared server with the full infersight schema migrated into it."""
+    from infersight.pipelines.schema import migrations
+    from infersight.pipelines.schema.ddl import SchemaOptions
+
+    migrations.migrate(clickhouse_server.client(), SchemaOptions(database=clickhouse_database))
+    return clickhouse_database
+
+
+@pytest.fixture
 def clickhouse_private_server(tmp_path):
     """Factory for fault tests: ``server = clickhouse_private_server()`` starts a dedicated ClickHouse.
 

@@ -1,7 +1,101 @@
-"""``infersight db``."""
+"""``infersight db migrate | render | status``: the ClickHouse schema."""
 
-from infersight.commands.unbuilt import unbuilt
+from __future__ import annotations
+
+import sys
+
+from infersight.commands.output import add_format_flag, render
 
 
 def register(subparsers) -> None:
-    subparsers.add_parser("db", help="ClickHouse schema: migrate, render").set_defaults(func=unbuilt("db"))
+    db = subparsers.add_parser("db", help="ClickHouse schema: migrate, render, status",
+                               description="Create and upgrade the ClickHouse schema (otel_traces, "
+                                           "llm_token_events, llm_requests_1m), or print its DDL.")
+    commands = db.add_subparsers(dest="db_command", metavar="ACTION", title="actions")
+    commands.required = True
+
+    migrate = commands.add_parser("migrate", help="apply pending migrations (idempotent) and the configured TTLs",
+                                  description="Apply pending schema migrations to clickhouse.dsn. Safe to run "
+                                              "again: applied versions are skipped, retention is reconciled.")
+    _target_flags(migrate)
+    migrate.set_defaults(func=run_migrate)
+
+    render_cmd = commands.add_parser("render", help="print the schema's DDL (for review or a cluster)",
+                                     description="Print every CREATE statement, in order, without connecting.")
+    render_cmd.add_argument("--cluster", metavar="NAME",
+                            help="render for a ClickHouse cluster: ON CLUSTER, Replicated engines, Distributed tables")
+    render_cmd.add_argument("--database", help="database name (default: the one in clickhouse.dsn)")
+    render_cmd.set_defaults(func=run_render)
+
+    status = commands.add_parser("status", help="show applied and pending migrations")
+    _target_flags(status)
+    add_format_flag(status)
+    status.set_defaults(func=run_status)
+
+
+def _target_flags(parser) -> None:
+    parser.add_argument("--dsn", help="ClickHouse DSN (default: clickhouse.dsn from the config)")
+    parser.add_argument("--cluster", metavar="NAME", help="the schema lives on this ClickHouse cluster")
+
+
+def _options(args, config, dsn: str):
+    from infersight.pipelines.schema.connection import database_of
+    from infersight.pipelines.schema.ddl import SchemaOptions
+
+    database = getattr(args, "database", None) or database_of(dsn)
+    return SchemaOptions(database=database, cluster=args.cluster, retention=config.clickhouse.retention)
+
+
+def run_render(args, config) -> int:
+    from infersight.pipelines.schema.migrations import render as render_schema
+
+    opts = _options(args, config, config.clickhouse.dsn)
+    print(";\n\n".join(render_schema(opts)) + ";")
+    return 0
+
+
+def run_migrate(args, config) -> int:
+    from infersight.pipelines.schema import migrations
+
+    dsn = args.dsn or config.clickhouse.dsn
+    opts = _options(args, config, dsn)
+    client = _connect_or_exit(dsn)
+    if client is None:
+        return 1
+    try:
+        applied = migrations.migrate(client, opts)
+    except Exception as exc:  # noqa: BLE001 - a server-side refusal, reported without a traceback
+        print(f"infersight db migrate: ClickHouse refused a statement: {str(exc).splitlines()[0][:500]}",
+              file=sys.stderr)
+        return 1
+    if applied:
+        for migration in applied:
+            print(f"applied {migration.version}: {migration.name}")
+    else:
+        print(f"schema in database {opts.database!r} is up to date")
+    return 0
+
+
+def run_status(args, config) -> int:
+    from infersight.pipelines.schema import migrations
+
+    dsn = args.dsn or config.clickhouse.dsn
+    opts = _options(args, config, dsn)
+    client = _connect_or_exit(dsn)
+    if client is None:
+        return 1
+    waiting = {m.version for m in migrations.pending(client, opts)}
+    rows = [{"version": m.version, "name": m.name, "state": "pending" if m.version in waiting else "applied"}
+            for m in migrations.MIGRATIONS]
+    print(render(rows, args.format))
+    return 0
+
+
+def _connect_or_exit(dsn: str):
+    from infersight.pipelines.schema.connection import ConnectionFailed, connect
+
+    try:
+        return connect(dsn)
+    except ConnectionFailed as exc:
+        print(f"infersight: {exc}", file=sys.stderr)
+        return None

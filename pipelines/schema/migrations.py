@@ -1,0 +1,89 @@
+"""Versioned, idempotent schema migrations.
+
+Each migration is a version, a name and the statements that build it. Every statement is
+``IF NOT EXISTS``, so a migration interrupted half-way simply runs again; the applied versions are
+recorded in ``infersight_schema_migrations`` so later runs skip them. Retention (TTL) comes from
+the config and is reconciled on every run: changing ``clickhouse.retention`` and running
+``infersight db migrate`` again alters the TTL of existing tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from infersight.pipelines.schema import ddl
+from infersight.pipelines.schema.ddl import SchemaOptions
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: Callable[[SchemaOptions], list[str]]
+
+
+MIGRATIONS = (
+    Migration(1, "otel_traces and the trace id lookup (OTel Collector exporter compatible)",
+              lambda o: ddl.traces_table(o) + ddl.trace_id_ts(o)),
+    Migration(2, "llm_token_events exploded from llm.token.offsets_us", ddl.token_events),
+    Migration(3, "llm_requests_1m per-minute rollup", ddl.requests_rollup),
+)
+
+# Table -> (TTL expression, retention field) for reconciling retention with the config.
+TTL_COLUMNS = {
+    ddl.TRACES: ("toDateTime(Timestamp)", "traces_days"),
+    ddl.TRACE_ID_TS: ("toDateTime(Start)", "traces_days"),
+    ddl.TOKENS: ("toDateTime(Timestamp)", "tokens_days"),
+    ddl.REQUESTS_1M: ("Minute", "rollups_days"),
+}
+
+
+def render(opts: SchemaOptions) -> list[str]:
+    """Every statement of the full schema, in order (what ``infersight db render`` prints)."""
+    statements = [ddl.create_database(opts), ddl.migrations_table(opts)]
+    for migration in MIGRATIONS:
+        statements += migration.statements(opts)
+    return statements
+
+
+def applied_versions(client, opts: SchemaOptions) -> set[int]:
+    table = opts.table(ddl.MIGRATIONS)
+    return {row[0] for row in client.query(f"SELECT DISTINCT Version FROM {table}").result_rows}
+
+
+def pending(client, opts: SchemaOptions) -> list[Migration]:
+    exists = client.query("SELECT count() FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+                          parameters={"db": opts.database, "t": ddl.MIGRATIONS}).result_rows[0][0]
+    done = applied_versions(client, opts) if exists else set()
+    return [m for m in MIGRATIONS if m.version not in done]
+
+
+def migrate(client, opts: SchemaOptions) -> list[Migration]:
+    """Apply the pending migrations and reconcile TTLs; returns the migrations it applied."""
+    client.command(ddl.create_database(opts))
+    client.command(ddl.migrations_table(opts))
+    todo = pending(client, opts)
+    for migration in todo:
+        for statement in migration.statements(opts):
+            client.command(statement)
+        client.command(f"INSERT INTO {opts.table(ddl.MIGRATIONS)} (Version, Name) VALUES ({{v:UInt32}}, {{n:String}})",
+                       parameters={"v": migration.version, "n": migration.name})
+    reconcile_retention(client, opts)
+    return todo
+
+
+def reconcile_retention(client, opts: SchemaOptions) -> list[str]:
+    """ALTER the TTL of tables whose retention differs from the config; returns the tables altered."""
+    altered = []
+    for table, (expression, field) in TTL_COLUMNS.items():
+        days = getattr(opts.retention, field)
+        local = table + ("_local" if opts.cluster else "")
+        rows = client.query("SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+                            parameters={"db": opts.database, "t": local}).result_rows
+        if not rows or f"toIntervalDay({days})" in rows[0][0]:
+            continue
+        client.command(f"ALTER TABLE {opts.table(table, local=True)}{opts.on_cluster} "
+                       f"MODIFY TTL {expression} + toIntervalDay({days})")
+        altered.append(table)
+    return altered

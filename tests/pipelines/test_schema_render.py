@@ -1,0 +1,67 @@
+"""Rendering the schema: single server and cluster (no cluster runs here, so cluster DDL is checked as text)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from infersight.cli import main
+from infersight.pipelines.schema import ddl
+from infersight.pipelines.schema.ddl import SchemaOptions
+from infersight.pipelines.schema.migrations import render
+
+
+def test_single_server_uses_plain_engines_and_public_names():
+    statements = render(SchemaOptions(database="obs"))
+    text = "\n".join(statements)
+    assert "ON CLUSTER" not in text and "Replicated" not in text and "Distributed" not in text
+    assert "_local" not in text
+    assert "CREATE TABLE IF NOT EXISTS `obs`.`otel_traces` (" in text
+    assert all("IF NOT EXISTS" in s for s in statements)
+
+
+def test_cluster_rendering():
+    statements = render(SchemaOptions(database="obs", cluster="llm"))
+    assert all(" ON CLUSTER `llm`" in s for s in statements)
+    tables = [s for s in statements if s.startswith("CREATE TABLE") and "Distributed(" not in s]
+    assert tables and all(re.search(r"ENGINE = Replicated\w*MergeTree\('/clickhouse/tables/\{shard\}/obs/", s)
+                          for s in tables)
+    for name in (ddl.TRACES, ddl.TRACE_ID_TS, ddl.TOKENS, ddl.REQUESTS_1M):
+        distributed = [s for s in statements if f"`obs`.`{name}` ON CLUSTER" in s]
+        assert len(distributed) == 1 and f"ENGINE = Distributed('llm', 'obs', '{name}_local'" in distributed[0]
+    views = [s for s in statements if "MATERIALIZED VIEW" in s]
+    assert len(views) == 3
+    # Materialized views read and write the per-shard tables: each shard explodes its own inserts.
+    assert all(re.search(r"FROM `obs`\.`otel_traces_local`", v) and re.search(r"TO `obs`\.`\w+_local`", v)
+               for v in views)
+
+
+def test_hostile_names_are_quoted():
+    statements = render(SchemaOptions(database="x`; DROP TABLE y; --", cluster="c`1"))
+    assert "`x\\`; DROP TABLE y; --`.`otel_traces_local`" in statements[2]
+    assert "ON CLUSTER `c\\`1`" in statements[0]
+    with pytest.raises(ValueError):
+        ddl.identifier("")
+
+
+def test_db_render_cli(capsys):
+    assert main(["db", "render", "--cluster", "prod", "--database", "traces"]) == 0
+    out = capsys.readouterr().out
+    assert "ON CLUSTER `prod`" in out and "`traces`.`llm_token_events_local`" in out
+
+
+def test_db_migrate_cli_reports_unreachable_server(capsys):
+    assert main(["db", "migrate", "--dsn", "http://127.0.0.1:9/infer"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach ClickHouse at http://127.0.0.1:9/infer" in err and "Traceback" not in err
+
+
+def test_db_migrate_cli_on_a_real_server(clickhouse_server, clickhouse_database, capsys):
+    dsn = f"{clickhouse_server.url}/{clickhouse_database}"
+    assert main(["db", "migrate", "--dsn", dsn]) == 0
+    assert "applied 3:" in capsys.readouterr().out
+    assert main(["db", "migrate", "--dsn", dsn]) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert main(["db", "status", "--dsn", dsn, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.count(",applied") == 3
