@@ -1,0 +1,100 @@
+"""The proxy's aiohttp application: routes, the upstream session, /metrics, and a runner.
+
+``/v1/chat/completions`` and ``/v1/completions`` (POST) are instrumented; ``/metrics`` serves the
+proxy's own registry; every other path is relayed unchanged to the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from yarl import URL
+
+from infersight.instrumentation.proxy import passthrough
+from infersight.instrumentation.proxy.deadlines import Timeouts
+from infersight.instrumentation.proxy.exchange import INSTRUMENTED_PATHS, Exchange
+from infersight.instrumentation.tracer import RequestTracer
+
+# Prompts with images or long documents exceed aiohttp's 1 MiB default request size.
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+CONNECT_TIMEOUT_SECONDS = 10.0
+CONTEXT_KEY = web.AppKey("proxy_context", object)
+
+
+def parse_upstream(upstream: str) -> URL:
+    """Validate ``--upstream`` (``http://engine:8000``, optionally with a path prefix)."""
+    url = URL(upstream)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"--upstream {upstream!r}: expected an http(s) URL such as http://engine:8000")
+    if url.query_string or url.fragment:
+        raise ValueError(f"--upstream {upstream!r}: must not carry a query or fragment")
+    return url
+
+
+@dataclass
+class ProxyContext:
+    """What every request handler shares: where to forward, how long to wait, where to record."""
+
+    upstream: URL
+    timeouts: Timeouts
+    tracer: RequestTracer  # records metrics and spans; its registry is served on /metrics
+    pool: str = ""  # the pool label of the proxied engine (stable, canary ...), if any
+    session: aiohttp.ClientSession | None = field(default=None)
+
+    @property
+    def upstream_label(self) -> str:
+        """``host:port`` of the upstream: the ``instance`` label of the proxy's metrics."""
+        return f"{self.upstream.host}:{self.upstream.port}"
+
+    def upstream_url(self, request: web.Request) -> URL:
+        # raw_path keeps the client's encoding and query string exactly as sent.
+        base = str(self.upstream).rstrip("/")
+        return URL(base + request.raw_path, encoded=True)
+
+
+def build_app(context: ProxyContext) -> web.Application:
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+    app[CONTEXT_KEY] = context
+
+    async def session_lifecycle(app: web.Application):
+        context.session = aiohttp.ClientSession(
+            auto_decompress=False,  # relay bytes as the upstream sent them
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_SECONDS),
+            connector=aiohttp.TCPConnector(limit=0, force_close=False),
+            skip_auto_headers=("User-Agent",),
+        )
+        yield
+        await context.session.close()
+
+    async def metrics(request: web.Request) -> web.Response:
+        body = await asyncio.to_thread(generate_latest, context.tracer.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        operation = INSTRUMENTED_PATHS.get(request.path)
+        if operation is not None and request.method == "POST":
+            return await Exchange(context, request, operation).run()
+        return await passthrough.relay(context, request)
+
+    app.cleanup_ctx.append(session_lifecycle)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_route("*", "/{tail:.*}", forward)
+    return app
+
+
+async def start(context: ProxyContext, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Start serving on ``host:port`` (0 picks a free port); returns the runner and the bound port.
+
+    Handler cancellation is on: when a client disconnects, aiohttp cancels its handler, and the
+    handler's cleanup closes the upstream connection, so the engine stops generating for nobody.
+    """
+    runner = web.AppRunner(build_app(context), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # aiohttp has no public accessor for port 0
+    return runner, bound

@@ -1,0 +1,52 @@
+"""The three proxy timeouts and which one is due next.
+
+- ``ttft``: from request arrival to the first chunk that carries an output token. For a
+  non-streaming request the whole response is its first token, so this bounds the full body.
+- ``idle``: after the first token, the longest wait for the next token-carrying chunk.
+- ``total``: from request arrival to the end of the response.
+
+Zero or ``None`` disables a timeout. Times are ``loop.time()`` values, as ``asyncio.timeout_at`` wants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    ttft: float | None = 60.0
+    idle: float | None = 30.0
+    total: float | None = 600.0
+
+    def __post_init__(self) -> None:
+        for kind in ("ttft", "idle", "total"):
+            value = getattr(self, kind)
+            if value is not None and value < 0:
+                raise ValueError(f"{kind} timeout must be >= 0 seconds (0 disables it), got {value}")
+
+    def seconds(self, kind: str) -> float:
+        return float(getattr(self, kind) or 0)
+
+
+class Deadlines:
+    """Tracks one request: ``next(first_token_seen)`` gives (deadline or None, kind)."""
+
+    def __init__(self, timeouts: Timeouts, start: float) -> None:
+        self.timeouts = timeouts
+        self.start = start
+        self.last_token = start
+        self.total_at = start + timeouts.total if timeouts.total else None
+
+    def token(self, now: float) -> None:
+        self.last_token = now
+
+    def next(self, first_token_seen: bool) -> tuple[float | None, str]:
+        if first_token_seen:
+            kind, limit, since = "idle", self.timeouts.idle, self.last_token
+        else:
+            kind, limit, since = "ttft", self.timeouts.ttft, self.start
+        phase_at = since + limit if limit else None
+        if phase_at is None or (self.total_at is not None and self.total_at <= phase_at):
+            return self.total_at, "total"
+        return phase_at, kind

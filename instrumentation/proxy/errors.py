@@ -1,0 +1,49 @@
+"""Errors the proxy itself produces, in the OpenAI error shape clients already understand.
+
+Before the response has started, an error is an HTTP status with a JSON body
+``{"error": {"message", "type", "param", "code"}}``. Once a stream has started (status 200 and
+some events already sent) the only well-formed way left is an SSE event carrying the same object,
+which the ``openai`` client raises as ``APIError`` (vLLM reports mid-stream failures this way too).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProxyError:
+    """An error the proxy answers with, and how it is recorded on the span."""
+
+    status: int  # HTTP status when the response has not started yet
+    code: str  # machine-readable: ttft_timeout, idle_timeout, total_timeout, upstream_unreachable ...
+    message: str
+    type: str = "proxy_error"
+
+    def body(self) -> bytes:
+        return json.dumps({"error": {"message": self.message, "type": self.type, "param": None,
+                                     "code": self.code}}).encode()
+
+    def sse_event(self) -> bytes:
+        return b"data: " + self.body() + b"\n\n"
+
+
+def timeout_error(kind: str, seconds: float) -> ProxyError:
+    what = {
+        "ttft": "no output token from the upstream within the first-token timeout",
+        "idle": "the upstream stream stalled: no new token within the idle timeout",
+        "total": "the request exceeded the total timeout",
+    }[kind]
+    return ProxyError(504, f"{kind}_timeout", f"{what} ({seconds:g}s); the upstream request was cancelled",
+                      type="timeout")
+
+
+def upstream_unreachable(upstream: str, reason: str) -> ProxyError:
+    return ProxyError(502, "upstream_unreachable", f"cannot reach upstream {upstream}: {reason}",
+                      type="upstream_error")
+
+
+def upstream_broke(reason: str) -> ProxyError:
+    return ProxyError(502, "upstream_disconnected", f"the upstream response broke off: {reason}",
+                      type="upstream_error")

@@ -1,0 +1,202 @@
+"""One instrumented request through the proxy: forward it, relay the answer, record what happened.
+
+The client gets the upstream's bytes unchanged. Only when the proxy itself ends a request (a
+timeout, an unreachable or broken upstream) does it write something of its own: an OpenAI-style
+error, as an HTTP status while nothing has been sent yet, else as a final SSE ``error`` event.
+Whatever ends the request (the stream's end, a timeout, the client leaving) closes the upstream
+connection when its body was not read to the end, which is how engines learn to stop generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+
+from infersight.instrumentation.proxy import errors, headers, recording
+from infersight.instrumentation.proxy.deadlines import Deadlines
+from infersight.instrumentation.proxy.sse import ResponseFacts, StreamInspector, inspect_json_body
+from infersight.instrumentation.tracer import RequestContext
+
+if TYPE_CHECKING:
+    from infersight.instrumentation.proxy.app import ProxyContext
+
+# The OpenAI-compatible endpoints the proxy instruments, and their GenAI operation names.
+INSTRUMENTED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
+# Client-side failures to write: the client went away.
+CLIENT_GONE = (ConnectionResetError, ConnectionError)
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What the request body says, for labels and span attributes (never the prompt)."""
+
+    operation: str
+    model: str
+    stream: bool
+    max_tokens: int | None
+
+    @classmethod
+    def parse(cls, operation: str, body: bytes) -> RequestInfo:
+        try:
+            payload: Any = json.loads(body)
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):  # forwarded anyway: the upstream answers the 400
+            return cls(operation, "unknown", False, None)
+        model = payload.get("model")
+        max_tokens = payload.get("max_completion_tokens", payload.get("max_tokens"))
+        return cls(operation, model if isinstance(model, str) and model else "unknown",
+                   payload.get("stream") is True,
+                   max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None)
+
+
+class Exchange:
+    """Forwards one request on an instrumented path and records it through ``context.recorder``."""
+
+    def __init__(self, context: ProxyContext, request: web.Request, operation: str) -> None:
+        self.context = context
+        self.request = request
+        self.operation = operation
+        self.loop = asyncio.get_running_loop()
+        self.deadlines = Deadlines(context.timeouts, self.loop.time())
+        self.pending_kind = "total"  # which timeout the current wait is under
+        self.response: web.StreamResponse | None = None  # set once the client response has started
+        self.inspector: StreamInspector | None = None
+        self.first_token = False
+
+    async def run(self) -> web.StreamResponse:
+        body = await self.request.read()
+        info = RequestInfo.parse(self.operation, body)
+        context = self.context
+        record = context.tracer.start(info.model, operation=info.operation, headers=self.request.headers,
+                                      instance=context.upstream_label, pool=context.pool,
+                                      max_tokens=info.max_tokens)
+        record.upstream()
+        upstream: aiohttp.ClientResponse | None = None
+        try:
+            upstream = await self._send(body, record.inject({}))
+            if upstream.status != 200:
+                return await self._relay_unsuccessful(upstream, record)
+            content_type = upstream.headers.get("Content-Type", "")
+            if content_type.startswith("text/event-stream") or (info.stream and "json" not in content_type):
+                return await self._relay_stream(upstream, record)
+            return await self._relay_json(upstream, record)
+        except TimeoutError:
+            kind = self.pending_kind
+            recording.timed_out(record, kind, self._facts())
+            return await self._answer_error(errors.timeout_error(kind, context.timeouts.seconds(kind)), upstream)
+        except aiohttp.ClientConnectorError as exc:
+            error = errors.upstream_unreachable(context.upstream_label, str(exc.os_error or exc))
+            recording.failed(record, error.code, error.message)
+            return await self._answer_error(error, upstream)
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            error = errors.upstream_broke(str(exc) or type(exc).__name__)
+            recording.failed(record, error.code, error.message, self._facts())
+            return await self._answer_error(error, upstream)
+        except CLIENT_GONE:  # a write to the client failed: it went away
+            recording.cancelled(record, self._facts())
+            return self.response or web.Response(status=499)
+        except asyncio.CancelledError:
+            # The client went away while we waited (aiohttp cancels the handler): the upstream
+            # connection is closed in ``finally``, which aborts the generation.
+            recording.cancelled(record, self._facts())
+            raise
+        finally:
+            _let_go(upstream)
+
+    # -- the upstream call ----------------------------------------------------------------
+    async def _send(self, body: bytes, trace_headers: dict[str, str]) -> aiohttp.ClientResponse:
+        deadline, self.pending_kind = self.deadlines.next(False)
+        url = self.context.upstream_url(self.request)
+        async with asyncio.timeout_at(deadline):
+            return await self.context.session.request(
+                self.request.method, url, data=body,
+                headers=headers.to_upstream(self.request.headers, trace_headers, instrumented=True))
+
+    async def _read(self, upstream: aiohttp.ClientResponse) -> bytes:
+        deadline, self.pending_kind = self.deadlines.next(self.first_token)
+        async with asyncio.timeout_at(deadline):
+            return await upstream.content.readany()
+
+    # -- relaying the three kinds of answer -----------------------------------------------
+    async def _relay_stream(self, upstream: aiohttp.ClientResponse, record: RequestContext) -> web.StreamResponse:
+        inspector = self.inspector = StreamInspector()
+        while data := await self._read(upstream):
+            if self.response is None:
+                await self._start_response(upstream)
+            await self.response.write(data)  # forward first: the client never waits on our parsing
+            carried = inspector.feed(data)
+            if carried:  # one token time per event that carries output
+                record.tokens(carried)
+                self.first_token = True
+                self.deadlines.token(self.loop.time())
+        if self.response is None:  # an empty body
+            await self._start_response(upstream)
+        inspector.finish()
+        await self.response.write_eof()
+        recording.completed(record, inspector.facts, streamed=True)
+        return self.response
+
+    async def _relay_json(self, upstream: aiohttp.ClientResponse, record: RequestContext) -> web.StreamResponse:
+        # Not streamed: no token times and no TTFT (the client sees every token at once).
+        body = await self._read_all(upstream)
+        self.response = self._buffered_response(upstream, body)
+        recording.completed(record, inspect_json_body(body), streamed=False)
+        return self.response
+
+    async def _relay_unsuccessful(self, upstream: aiohttp.ClientResponse,
+                                  record: RequestContext) -> web.StreamResponse:
+        body = await self._read_all(upstream)
+        message = inspect_json_body(body).upstream_error or body[:200].decode("utf-8", "replace")
+        recording.answered_status(record, upstream.status, message)
+        self.response = self._buffered_response(upstream, body)
+        return self.response
+
+    async def _read_all(self, upstream: aiohttp.ClientResponse) -> bytes:
+        # A non-streaming answer is its own first token: the ttft and total deadlines bound it.
+        deadline, self.pending_kind = self.deadlines.next(False)
+        async with asyncio.timeout_at(deadline):
+            return await upstream.read()
+
+    # -- writing to the client ------------------------------------------------------------
+    @staticmethod
+    def _buffered_response(upstream: aiohttp.ClientResponse, body: bytes) -> web.Response:
+        return web.Response(status=upstream.status, reason=upstream.reason, body=body,
+                            headers=headers.to_client(upstream.headers))
+
+    async def _start_response(self, upstream: aiohttp.ClientResponse) -> None:
+        self.response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                           headers=headers.to_client(upstream.headers))
+        await self.response.prepare(self.request)
+
+    async def _answer_error(self, error: errors.ProxyError,
+                            upstream: aiohttp.ClientResponse | None) -> web.StreamResponse:
+        _let_go(upstream)  # stop the engine before anything else
+        if self.response is None:
+            return web.Response(status=error.status, body=error.body(), content_type="application/json")
+        try:
+            # Terminate a half-forwarded event first, so the error event parses on its own.
+            prefix = b"\n\n" if self.inspector is not None and self.inspector.partial else b""
+            await self.response.write(prefix + error.sse_event())
+            await self.response.write_eof()
+        except CLIENT_GONE:
+            pass
+        return self.response
+
+    def _facts(self) -> ResponseFacts | None:
+        return self.inspector.facts if self.inspector is not None else None
+
+
+def _let_go(upstream: aiohttp.ClientResponse | None) -> None:
+    """Reuse the upstream connection after a full read; otherwise close it, aborting the request."""
+    if upstream is None or upstream.closed:
+        return
+    if upstream.content.at_eof():
+        upstream.release()
+    else:
+        upstream.close()

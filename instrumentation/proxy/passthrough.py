@@ -1,0 +1,53 @@
+"""Paths the proxy does not instrument (``/v1/models``, ``/health``, ...): relayed as raw bytes.
+
+The body, compressed or not, streams through chunk by chunk; only the total timeout applies,
+and a client that leaves closes the upstream connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import aiohttp
+from aiohttp import web
+
+from infersight.instrumentation.proxy import errors, headers
+
+if TYPE_CHECKING:
+    from infersight.instrumentation.proxy.app import ProxyContext
+
+
+async def relay(context: ProxyContext, request: web.Request) -> web.StreamResponse:
+    body = await request.read()
+    total = context.timeouts.total
+    deadline = asyncio.get_running_loop().time() + total if total else None
+    upstream: aiohttp.ClientResponse | None = None
+    response: web.StreamResponse | None = None
+    try:
+        async with asyncio.timeout_at(deadline):
+            upstream = await context.session.request(
+                request.method, context.upstream_url(request), data=body or None,
+                headers=headers.to_upstream(request.headers, {}, instrumented=False))
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                          headers=headers.to_client(upstream.headers))
+            await response.prepare(request)
+            async for data in upstream.content.iter_any():
+                await response.write(data)
+        await response.write_eof()
+        return response
+    except TimeoutError:
+        error = errors.timeout_error("total", total or 0)
+    except aiohttp.ClientConnectorError as exc:
+        error = errors.upstream_unreachable(context.upstream_label, str(exc.os_error or exc))
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        error = errors.upstream_broke(str(exc) or type(exc).__name__)
+    finally:
+        if upstream is not None:
+            if upstream.content.at_eof():
+                upstream.release()
+            else:
+                upstream.close()
+    if response is None:
+        return web.Response(status=error.status, body=error.body(), content_type="application/json")
+    return response  # already started: the client sees the body cut short, as from the upstream

@@ -1,0 +1,168 @@
+"""Reading OpenAI-compatible responses as they pass through: SSE events and what they carry.
+
+The proxy forwards the upstream bytes untouched and feeds a copy to a :class:`StreamInspector`,
+which splits the byte stream into server-sent events (any chunking, any line ending), decodes
+each ``data:`` payload and reports how many of the events just fed carried output tokens. Along
+the way it keeps what the span needs: model, response id, finish reasons, ``usage`` (present when
+the client asked for it with ``stream_options.include_usage``), an in-stream ``error`` object, and
+the first sign that the stream is not well-formed SSE.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# Fields a server-sent event line may carry (WHATWG HTML, "event stream interpretation").
+SSE_FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
+DONE = b"[DONE]"
+# Delta keys that mean "this chunk carries generated output" (content, reasoning, tool calls).
+TOKEN_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal")
+
+
+@dataclass
+class ResponseFacts:
+    """What the proxy learned from the response body, for the span and the metrics."""
+
+    model: str | None = None
+    response_id: str | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    # An ``{"error": {...}}`` object sent by the upstream (in-stream or as the JSON body).
+    upstream_error: str | None = None
+    # Why the body is not what the protocol promises (malformed SSE, not JSON, no [DONE] ...).
+    malformed: str | None = None
+
+    def read_usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        self.input_tokens = _int_or(usage.get("prompt_tokens"), self.input_tokens)
+        self.output_tokens = _int_or(usage.get("completion_tokens"), self.output_tokens)
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            self.cached_input_tokens = _int_or(details.get("cached_tokens"), self.cached_input_tokens)
+
+    def read_payload(self, payload: dict[str, Any]) -> int:
+        """Take what a chunk or a whole response says; return how many choices carried output."""
+        error = payload.get("error")
+        if error:
+            message = error.get("message") if isinstance(error, dict) else None
+            self.upstream_error = str(message or error)[:500]
+        if self.model is None and isinstance(payload.get("model"), str):
+            self.model = payload["model"]
+        if self.response_id is None and isinstance(payload.get("id"), str):
+            self.response_id = payload["id"]
+        if "usage" in payload:
+            self.read_usage(payload["usage"])
+        carried = 0
+        choices = payload.get("choices")
+        if not isinstance(choices, list):
+            return 0
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                self.finish_reasons.append(reason)
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                if any(delta.get(key) for key in TOKEN_DELTA_KEYS):
+                    carried += 1
+            elif choice.get("text") or isinstance(choice.get("message"), dict):
+                carried += 1
+        return carried
+
+
+def _int_or(value: Any, default: int | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+class StreamInspector:
+    """Incremental SSE reader: ``feed(bytes) -> number of token-carrying events completed``."""
+
+    def __init__(self) -> None:
+        self.facts = ResponseFacts()
+        self.events = 0
+        self.done = False  # saw ``data: [DONE]``
+        self._buffer = b""
+
+    @property
+    def partial(self) -> bool:
+        """True while an event has started but not ended (its blank line has not arrived)."""
+        return bool(self._buffer.strip(b"\r\n"))
+
+    def feed(self, data: bytes) -> int:
+        buffer = self._buffer + data
+        if b"\r" in buffer:
+            # Normalize CRLF and lone CR to LF; a trailing CR may be the first half of a CRLF.
+            keep_cr = buffer.endswith(b"\r")
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if keep_cr:
+                buffer = buffer[:-1] + b"\r"
+        tokens = 0
+        start = 0
+        while True:
+            end = buffer.find(b"\n\n", start)
+            if end < 0:
+                break
+            tokens += self._event(buffer[start:end])
+            start = end + 2
+        self._buffer = buffer[start:]
+        return tokens
+
+    def finish(self) -> None:
+        """The body ended: note a cut-off event or a missing ``[DONE]`` as malformed."""
+        if self.partial and self.facts.malformed is None:
+            self.facts.malformed = "stream ended inside an event (no blank line after it)"
+        if not self.done and self.facts.malformed is None and self.facts.upstream_error is None:
+            self.facts.malformed = "stream ended without data: [DONE]"
+
+    def _event(self, block: bytes) -> int:
+        data_lines: list[bytes] = []
+        for line in block.lstrip(b"\n").split(b"\n"):
+            if not line or line.startswith(b":"):  # blank or comment (keep-alive)
+                continue
+            name, colon, value = line.partition(b":")
+            if not colon or name not in SSE_FIELDS:
+                self._malformed(f"not an SSE field line: {line[:60]!r}")
+                continue
+            if name == b"data":
+                data_lines.append(value[1:] if value.startswith(b" ") else value)
+        if not data_lines:
+            return 0
+        self.events += 1
+        data = b"\n".join(data_lines)
+        if data.strip() == DONE:
+            self.done = True
+            return 0
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            self._malformed(f"event data is not JSON: {data[:60]!r}")
+            return 0
+        if not isinstance(payload, dict):
+            self._malformed(f"event data is not a JSON object: {data[:60]!r}")
+            return 0
+        return 1 if self.facts.read_payload(payload) else 0
+
+    def _malformed(self, why: str) -> None:
+        if self.facts.malformed is None:
+            self.facts.malformed = why
+
+
+def inspect_json_body(body: bytes) -> ResponseFacts:
+    """Facts from a non-streaming response body (a chat.completion or text_completion object)."""
+    facts = ResponseFacts()
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        facts.malformed = f"response body is not JSON: {body[:60]!r}"
+        return facts
+    if not isinstance(payload, dict):
+        facts.malformed = "response body is not a JSON object"
+        return facts
+    facts.read_payload(payload)
+    return facts
