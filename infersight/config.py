@@ -152,8 +152,10 @@ class Engines(Section):
 
 
 class SimGPUs(Section):
-    count: int = Field(8, gt=0)
+    count: int = Field(8, gt=0, le=4096)
     type: str = "H100-SXM"
+    compute: float = Field(0.0, ge=0, le=1, description="starting compute demand of every simulated GPU, 0..1")
+    bandwidth: float = Field(0.0, ge=0, le=1, description="starting DRAM bandwidth demand, 0..1")
 
     @field_validator("type")
     @classmethod
@@ -165,9 +167,21 @@ class SimGPUs(Section):
 
 class GPUs(Section):
     backend: Literal["nvml", "sim"] = "nvml"
-    node: str | None = None
-    sample_interval_seconds: float = Field(1.0, gt=0)
+    node: str | None = Field(None, description="the node label; defaults to the host name")
+    sample_interval_seconds: float = Field(1.0, gt=0, le=60, description="background sampling and GPM window")
+    stale_after_seconds: float | None = Field(None, gt=0, description="older samples read as down; "
+                                                                      "default 5 sampling intervals")
+    otlp_endpoint: str | None = Field(None, description="push metrics over OTLP too, e.g. http://127.0.0.1:4318")
+    otlp_protocol: Literal["http", "grpc"] = "http"
+    otlp_interval_seconds: float = Field(10.0, gt=0)
     sim: SimGPUs = SimGPUs()
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otlp_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("expected a URL starting with http:// or https://, e.g. http://127.0.0.1:4318")
+        return value
 
 
 class Pipeline(Section):
