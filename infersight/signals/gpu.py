@@ -2,7 +2,10 @@
 
 The GPU's product name is the ``gpu_model`` label, not ``model``: ``model`` is the LLM model
 everywhere else, and the two must not collide when GPU series are joined with engine series.
-Join GPU and engine series on ``node`` and ``gpu``.
+Join GPU and engine series on ``node`` and ``gpu`` (``collectors/gpu/promql.py`` builds the
+energy-per-token join).
+
+The ``infersight_gpu_collector_*`` signals are the exporter's own health.
 """
 
 from infersight.signals.catalog import Kind, declare
@@ -11,7 +14,8 @@ PRODUCER = "collectors.gpu"
 DEVICE_LABELS = ("node", "gpu", "uuid", "gpu_model")
 
 UP = declare("gpu_up", Kind.GAUGE, "", DEVICE_LABELS,
-             "1 if the GPU answered the last sample, 0 if it failed (its other series are then absent).", PRODUCER)
+             "1 if the GPU answered the last sample, 0 if it failed or the sample is stale (its device readings "
+             "are then absent; the XID counts the collector saw stay).", PRODUCER)
 INFO = declare("gpu_info", Kind.GAUGE, "", (*DEVICE_LABELS, "driver_version"),
                "Always 1; carries the driver version.", PRODUCER)
 UTILIZATION = declare("gpu_utilization_ratio", Kind.GAUGE, "ratio", DEVICE_LABELS,
@@ -54,3 +58,26 @@ PCIE_THROUGHPUT = declare("gpu_pcie_throughput_bytes_per_second", Kind.GAUGE, "b
                           (*DEVICE_LABELS, "direction"), "PCIe traffic (direction rx or tx), GPM.", PRODUCER)
 NVLINK_THROUGHPUT = declare("gpu_nvlink_throughput_bytes_per_second", Kind.GAUGE, "bytes",
                             (*DEVICE_LABELS, "direction"), "NVLink traffic (direction rx or tx), GPM.", PRODUCER)
+
+# -- the exporter's own health ---------------------------------------------------------------
+COLLECTOR_LABELS = ("node",)
+COLLECTOR_DEVICES = declare("infersight_gpu_collector_devices", Kind.GAUGE, "", (*COLLECTOR_LABELS, "backend"),
+                            "GPUs the collector found at start (backend nvml or sim).", PRODUCER)
+COLLECTOR_SAMPLES = declare("infersight_gpu_collector_samples_total", Kind.COUNTER, "", COLLECTOR_LABELS,
+                            "Background sampling passes over all GPUs.", PRODUCER)
+COLLECTOR_SAMPLE_DURATION = declare(
+    "infersight_gpu_collector_sample_duration_seconds", Kind.GAUGE, "seconds", COLLECTOR_LABELS,
+    "Duration of the last background sampling pass over all GPUs.", PRODUCER)
+COLLECTOR_SAMPLE_AGE = declare(
+    "infersight_gpu_collector_sample_age_seconds", Kind.GAUGE, "seconds", COLLECTOR_LABELS,
+    "Seconds since the last sampling pass finished; past the stale limit every gpu_up reads 0.", PRODUCER)
+COLLECTOR_SCRAPE_DURATION = declare(
+    "infersight_gpu_collector_scrape_duration_seconds", Kind.GAUGE, "seconds", COLLECTOR_LABELS,
+    "Duration of the previous /metrics rendering (a scrape never waits for sampling).", PRODUCER)
+COLLECTOR_ERRORS = declare(
+    "infersight_gpu_collector_errors_total", Kind.COUNTER, "", (*COLLECTOR_LABELS, "gpu", "call"),
+    "Failed device calls, by GPU index and call (NVML function name, or the sim's); gpu=\"\" for "
+    "calls not tied to one GPU.", PRODUCER)
+COLLECTOR_OTLP_EXPORTS = declare(
+    "infersight_gpu_collector_otlp_exports_total", Kind.COUNTER, "", (*COLLECTOR_LABELS, "result"),
+    "OTLP metric pushes, by result (success or failure).", PRODUCER)
