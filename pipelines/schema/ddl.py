@@ -77,7 +77,12 @@ PROMOTED_COLUMNS = (
      f"if(mapContains(SpanAttributes, {literal(attr.TOKEN_GAP_MAX_MS)}), "
      f"toFloat64OrNull({span_attr(attr.TOKEN_GAP_MAX_MS)}), "
      f"if(length({TOKEN_OFFSETS}) > 1, arrayMax(arrayDifference({TOKEN_OFFSETS})) / 1000, NULL))"),
-    ("TokenStallOffsetMs", "Nullable(Float64)", f"toFloat64OrNull({span_attr(attr.TOKEN_STALL_OFFSET_MS)})"),
+    # When the longest gap started (from the span start): the summary, else the offset of the token before it.
+    ("TokenStallOffsetMs", "Nullable(Float64)",
+     f"if(mapContains(SpanAttributes, {literal(attr.TOKEN_STALL_OFFSET_MS)}), "
+     f"toFloat64OrNull({span_attr(attr.TOKEN_STALL_OFFSET_MS)}), "
+     f"if(length({TOKEN_OFFSETS}) > 1, {TOKEN_OFFSETS}[arrayFirstIndex(gap -> gap = arrayMax(arrayDifference("
+     f"{TOKEN_OFFSETS})), arrayDifference({TOKEN_OFFSETS})) - 1] / 1000, NULL))"),
     ("IsRequest", "Bool", REQUEST_SPAN),
 )
 

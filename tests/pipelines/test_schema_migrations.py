@@ -100,11 +100,13 @@ def test_collector_rows_feed_every_view(schema):
     insert_spans(client, opts.database, rows)
     db = opts.database
 
-    promoted = client.query(f"SELECT TraceId, Outcome, Instance, TtftMs, OutputTokens, TokenGapMaxMs, IsRequest "
-                            f"FROM `{db}`.otel_traces ORDER BY TraceId, IsRequest DESC").result_rows
-    assert promoted[0] == ("a" * 32, "success", "i-1", 100.0, 4, 330.0, True)
+    promoted = client.query(f"SELECT TraceId, Outcome, Instance, TtftMs, OutputTokens, TokenGapMaxMs, "
+                            f"TokenStallOffsetMs, IsRequest FROM `{db}`.otel_traces ORDER BY TraceId, IsRequest DESC"
+                            ).result_rows
+    # the gap summary is computed from the timeline when the instrumentation did not write it
+    assert promoted[0] == ("a" * 32, "success", "i-1", 100.0, 4, 330.0, 120.0, True)
     assert promoted[1][-1] is False and promoted[1][3] is None  # the prefill span is no request span
-    assert promoted[2] == ("b" * 32, "error", "i-2", 300.0, 4, None, True)
+    assert promoted[2] == ("b" * 32, "error", "i-2", 300.0, 4, None, None, True)
 
     tokens = client.query(f"SELECT TokenIndex, OffsetUs, GapUs, Timestamp, Instance FROM `{db}`.llm_token_events "
                           "ORDER BY TokenIndex").result_rows
