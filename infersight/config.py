@@ -70,6 +70,7 @@ class Thresholds(Section):
     gpu_temperature_celsius: float = Field(85, gt=0)
     cold_start_minutes: float = Field(15, gt=0, description="an instance younger than this is in its cold start")
     cold_cache_hit_ratio: float = Field(0.1, gt=0, lt=1, description="prefix-cache hit ratio that means cache-cold")
+    spans_rejected_ratio: float = Field(0.01, gt=0, lt=1, description="share of received spans the pipeline refuses")
     exporter_jobs: str = Field("infersight.*", min_length=1,
                                description="regex of the Prometheus job names that scrape infersight exporters")
 
