@@ -1,0 +1,262 @@
+"""The request tracer end to end, with the OTel SDK's in-memory exporter: span tree, attributes,
+traceparent propagation, retries, rejections, timeouts, cancellation and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from opentelemetry.trace import SpanKind, StatusCode
+
+from infersight import attributes as attr
+from infersight.instrumentation import Candidate, extract_context
+from tests.instrumentation.tracing_helpers import make_traced
+
+MODEL = "llama-3-8b"
+
+
+def run_gateway_request(traced, tokens: int = 5, queue_wait: float = 0.02):
+    with traced.tracer.start(MODEL, pool="stable", strategy="cache_aware", max_tokens=64) as req:
+        req.queued()
+        time.sleep(queue_wait)
+        req.routed("10.0.0.7:8000", candidates=[Candidate("10.0.0.7:8000", score=0.2, estimated_finish_ms=840.0,
+                                                          cache_ratio=0.9),
+                                                Candidate("10.0.0.8:8000", score=0.7, estimated_finish_ms=1900.0,
+                                                          cache_ratio=0.1)],
+                   estimated_finish_ms=840.0, prefix_cache_ratio=0.9)
+        headers = req.inject({})
+        for _ in range(tokens):
+            req.token()
+        summary = req.finish("stop", input_tokens=812, output_tokens=tokens, cached_input_tokens=768,
+                             response_model=MODEL, response_id="cmpl-1")
+    return summary, headers
+
+
+def test_gateway_span_tree_and_genai_attributes():
+    traced = make_traced()
+    summary, headers = run_gateway_request(traced)
+
+    request_span = traced.one(f"chat {MODEL}")
+    queue, route, upstream = (traced.one(attr.SPAN_GATEWAY_QUEUE), traced.one(attr.SPAN_ROUTING),
+                              traced.one(attr.SPAN_UPSTREAM))
+    assert len(traced.spans()) == 4
+    assert request_span.parent is None and request_span.kind is SpanKind.SERVER
+    for child in (queue, route, upstream):
+        assert child.context.trace_id == request_span.context.trace_id
+        assert child.parent.span_id == request_span.context.span_id
+    assert upstream.kind is SpanKind.CLIENT
+    # The children sit inside the request span, in order: queue, then route, then the upstream call.
+    assert request_span.start_time <= queue.start_time <= queue.end_time <= route.start_time <= upstream.start_time
+    assert upstream.end_time <= request_span.end_time
+
+    a = request_span.attributes
+    assert a[attr.GEN_AI_OPERATION_NAME] == "chat"
+    assert a[attr.GEN_AI_PROVIDER_NAME] == "vllm"
+    assert a[attr.GEN_AI_REQUEST_MODEL] == MODEL
+    assert a[attr.GEN_AI_RESPONSE_MODEL] == MODEL
+    assert a[attr.GEN_AI_RESPONSE_ID] == "cmpl-1"
+    assert a[attr.GEN_AI_REQUEST_MAX_TOKENS] == 64
+    assert a[attr.GEN_AI_USAGE_INPUT_TOKENS] == 812
+    assert a[attr.GEN_AI_USAGE_OUTPUT_TOKENS] == 5
+    assert a[attr.CACHED_INPUT_TOKENS] == 768
+    assert tuple(a[attr.GEN_AI_RESPONSE_FINISH_REASONS]) == ("stop",)
+    assert a[attr.REQUEST_OUTCOME] == "success"
+    assert a[attr.INSTANCE] == "10.0.0.7:8000" and a[attr.POOL] == "stable"
+    assert a[attr.ROUTING_STRATEGY] == "cache_aware"
+    assert a[attr.REQUEST_ID] == summary.trace_id == f"{request_span.context.trace_id:032x}"
+    assert a[attr.QUEUE_MS] >= 20.0 and a[attr.TTFT_MS] >= a[attr.QUEUE_MS]
+    assert a[attr.TOKEN_COUNT] == 5
+    assert a[attr.SAMPLING_REASON] == "not_kept" and attr.TOKEN_OFFSETS_US not in a
+    # Queue span duration is the measured queue time.
+    assert abs((queue.end_time - queue.start_time) / 1e6 - a[attr.QUEUE_MS]) < 0.5
+
+    r = route.attributes
+    assert r[attr.INSTANCE] == "10.0.0.7:8000" and r[attr.ROUTING_STRATEGY] == "cache_aware"
+    assert r[attr.ROUTING_ESTIMATED_FINISH_MS] == 840.0 and r[attr.ROUTING_PREFIX_CACHE_RATIO] == 0.9
+    candidates = json.loads(r[attr.ROUTING_CANDIDATES])
+    assert [c["instance"] for c in candidates] == ["10.0.0.7:8000", "10.0.0.8:8000"]
+    assert candidates[1] == {"instance": "10.0.0.8:8000", "score": 0.7, "est_finish_ms": 1900.0, "cache_ratio": 0.1}
+    assert upstream.attributes[attr.RETRY_ATTEMPT] == 0
+
+    # The injected traceparent names the upstream span: that is where the engine's span hangs.
+    flags = f"{int(upstream.context.trace_flags):02x}"
+    assert flags in ("01", "03")  # sampled (plus W3C level 2 "random trace id" in newer SDKs)
+    assert headers["traceparent"] == f"00-{summary.trace_id}-{upstream.context.span_id:016x}-{flags}"
+
+
+def test_traceparent_makes_the_engine_span_a_child_of_the_gateway_attempt():
+    gateway, engine = make_traced(), make_traced(service="engine")
+    with gateway.tracer.start(MODEL, strategy="least_conn") as greq:
+        greq.queued()
+        greq.routed("engine-0")
+        headers = {"Traceparent": greq.traceparent}  # header names are case-insensitive
+        with engine.tracer.start(MODEL, headers=headers, instance="engine-0") as ereq:
+            ereq.token()
+            ereq.finish("length", output_tokens=1)
+        greq.token()
+        greq.finish("length")
+
+    gateway_upstream = gateway.one(attr.SPAN_UPSTREAM)
+    engine_span = engine.one(f"chat {MODEL}")
+    assert engine_span.context.trace_id == gateway_upstream.context.trace_id
+    assert engine_span.parent.span_id == gateway_upstream.context.span_id
+    assert engine_span.parent.is_remote
+    # The gateway's request id (its trace id) is the engine's request id too.
+    assert engine_span.attributes[attr.REQUEST_ID] == gateway.one(f"chat {MODEL}").attributes[attr.REQUEST_ID]
+
+
+@pytest.mark.parametrize("bad", ["garbage", "00-00000000000000000000000000000000-0000000000000000-01",
+                                 "00-abc-def-01", ""])
+def test_a_malformed_traceparent_starts_a_new_trace(bad):
+    assert extract_context({"traceparent": bad}) is None
+    traced = make_traced()
+    with traced.tracer.start(MODEL, headers={"traceparent": bad}) as req:
+        req.finish()
+    span = traced.one(f"chat {MODEL}")
+    assert span.parent is None and span.context.trace_id != 0
+
+
+def test_retry_ends_the_attempt_as_error_and_the_next_attempt_records_backoff():
+    traced = make_traced()
+    with traced.tracer.start(MODEL, strategy="round_robin") as req:
+        req.queued()
+        req.routed("a:8000")
+        first_traceparent = req.traceparent
+        req.retry(backoff_s=0.25, error_type="upstream_5xx")
+        req.routed("b:8000")
+        assert req.traceparent != first_traceparent  # the retry gets its own upstream span
+        req.token()
+        summary = req.finish("stop")
+
+    attempts = sorted(traced.by_name(attr.SPAN_UPSTREAM), key=lambda s: s.attributes[attr.RETRY_ATTEMPT])
+    assert [s.attributes[attr.INSTANCE] for s in attempts] == ["a:8000", "b:8000"]
+    assert attempts[0].status.status_code is StatusCode.ERROR
+    assert attempts[0].attributes[attr.ERROR_TYPE] == "upstream_5xx"
+    assert attempts[1].attributes[attr.RETRY_BACKOFF_MS] == 250.0
+    assert attempts[1].status.status_code is StatusCode.UNSET
+    assert len(traced.by_name(attr.SPAN_ROUTING)) == 2 and len(traced.by_name(attr.SPAN_GATEWAY_QUEUE)) == 1
+    assert summary.attempts == 2 and summary.outcome == "success"
+    assert traced.metric("llm_retries_total", model=MODEL, instance="a:8000", pool="",
+                         strategy="round_robin") == 1
+    # In flight moved with the request from a to b and is back to zero everywhere.
+    for instance in ("", "a:8000", "b:8000"):
+        value = traced.metric("llm_requests_in_flight", model=MODEL, instance=instance, pool="",
+                              strategy="round_robin")
+        assert value in (None, 0.0)
+
+
+def test_rejection_while_queued():
+    traced = make_traced(random_share=1.0)
+    req = traced.tracer.start(MODEL, pool="stable", strategy="rr")
+    req.queued()
+    assert traced.metric("llm_gateway_queue_depth", model=MODEL, pool="stable", strategy="rr") == 1
+    summary = req.reject("queue_full", status=429)
+    assert summary.outcome == "rejected" and summary.sampling_reason == "not_kept"
+    assert traced.metric("llm_gateway_queue_depth", model=MODEL, pool="stable", strategy="rr") == 0
+    labels = dict(model=MODEL, instance="", pool="stable", strategy="rr")
+    assert traced.metric("llm_rejections_total", reason="queue_full", **labels) == 1
+    assert traced.metric("llm_requests_total", outcome="rejected", **labels) == 1
+    assert traced.metric("llm_e2e_request_latency_seconds_count", **labels) in (None, 0.0)  # no service, no latency
+    span = traced.one(f"chat {MODEL}")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes[attr.REQUEST_OUTCOME] == "rejected" and span.attributes[attr.ERROR_TYPE] == "429"
+    assert not traced.by_name(attr.SPAN_UPSTREAM)
+
+
+def test_timeout_records_kind_on_span_and_metric():
+    traced = make_traced()
+    req = traced.tracer.start(MODEL, instance="e0")
+    req.upstream()
+    req.token()
+    summary = req.timeout("idle")
+    assert summary.outcome == "timeout" and summary.sampling_reason == "timeout"
+    span = traced.one(f"chat {MODEL}")
+    assert span.attributes[attr.TIMEOUT_KIND] == "idle" and span.attributes[attr.ERROR_TYPE] == "timeout"
+    assert span.status.status_code is StatusCode.ERROR
+    assert traced.one(attr.SPAN_UPSTREAM).status.status_code is StatusCode.ERROR
+    assert traced.metric("llm_timeouts_total", model=MODEL, instance="e0", pool="", strategy="", kind="idle") == 1
+
+
+def test_bad_input_is_refused_and_leaves_the_request_usable():
+    traced = make_traced()
+    with pytest.raises(ValueError, match="model"):
+        traced.tracer.start("")
+    req = traced.tracer.start(MODEL)
+    with pytest.raises(ValueError, match="ttft, total, idle"):
+        req.timeout("forever")
+    with pytest.raises(ValueError, match="backoff_s"):
+        req.retry(backoff_s=-1)
+    with pytest.raises(ValueError, match="error_type"):
+        req.fail("")
+    assert not req.finished and not traced.spans()
+    assert req.finish("stop").outcome == "success"
+    assert traced.metric("llm_requests_total", model=MODEL, instance="", pool="", strategy="",
+                         outcome="success") == 1
+
+
+def test_an_exception_in_the_block_fails_the_request_and_is_recorded():
+    traced = make_traced()
+    with pytest.raises(RuntimeError):
+        with traced.tracer.start(MODEL) as req:
+            req.token()
+            raise RuntimeError("engine exploded")
+    span = traced.one(f"chat {MODEL}")
+    assert span.attributes[attr.REQUEST_OUTCOME] == "error"
+    assert span.attributes[attr.ERROR_TYPE] == "RuntimeError"
+    assert span.attributes[attr.SAMPLING_REASON] == "error"
+    assert [e.name for e in span.events] == ["exception"]
+    assert span.status.description == "engine exploded"
+
+
+def test_a_cancelled_task_is_recorded_as_cancelled():
+    traced = make_traced()
+
+    async def handler():
+        with traced.tracer.start(MODEL, instance="e0") as req:
+            req.token()
+            await asyncio.sleep(10)
+
+    async def main():
+        task = asyncio.create_task(handler())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    span = traced.one(f"chat {MODEL}")
+    assert span.attributes[attr.REQUEST_OUTCOME] == "cancelled"
+    assert span.attributes[attr.SAMPLING_REASON] == "cancelled"
+    assert span.status.status_code is StatusCode.UNSET  # the client left; not a server error
+    assert traced.metric("llm_requests_total", model=MODEL, instance="e0", pool="", strategy="",
+                         outcome="cancelled") == 1
+
+
+def test_a_second_ending_is_ignored():
+    traced = make_traced()
+    req = traced.tracer.start(MODEL)
+    first = req.finish("stop")
+    assert req.cancel() is first and req.timeout("total") is first
+    req.token()  # late tokens after the end are harmless
+    assert len(traced.spans()) == 1
+    assert traced.metric("llm_requests_total", model=MODEL, instance="", pool="", strategy="",
+                         outcome="success") == 1
+    assert traced.metric("llm_requests_total", model=MODEL, instance="", pool="", strategy="",
+                         outcome="cancelled") is None
+
+
+def test_head_ratio_zero_records_no_spans_but_all_metrics():
+    traced = make_traced(head_ratio=0.0, random_share=1.0)
+    for _ in range(3):
+        with traced.tracer.start(MODEL, instance="e0") as req:
+            req.token()
+            req.token()
+            summary = req.finish("stop")
+    assert traced.spans() == []
+    assert summary.timeline_kept  # the decision still stands (and is counted) without a span
+    labels = dict(model=MODEL, instance="e0", pool="", strategy="")
+    assert traced.metric("llm_requests_total", outcome="success", **labels) == 3
+    assert traced.metric("llm_time_to_first_token_seconds_count", **labels) == 3
+    assert traced.metric("infersight_tracing_timelines_total", model=MODEL, reason="random") == 3
