@@ -9,6 +9,7 @@ which the ``openai`` client raises as ``APIError`` (vLLM reports mid-stream fail
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 
@@ -39,9 +40,13 @@ def timeout_error(kind: str, seconds: float) -> ProxyError:
                       type="timeout")
 
 
-def upstream_unreachable(upstream: str, reason: str) -> ProxyError:
-    return ProxyError(502, "upstream_unreachable", f"cannot reach upstream {upstream}: {reason}",
-                      type="upstream_error")
+def upstream_unreachable(upstream: str, exc: Exception) -> ProxyError:
+    os_error = getattr(exc, "os_error", None)
+    errno = getattr(os_error, "errno", None)
+    # "Connection refused" reads better than asyncio's "Connect call failed ('10.0.0.5', 8000)".
+    reason = os.strerror(errno) if errno else str(os_error or exc)
+    return ProxyError(502, "upstream_unreachable", f"cannot reach upstream {upstream}: {reason} "
+                      "(is the engine running, and is --upstream right?)", type="upstream_error")
 
 
 def upstream_broke(reason: str) -> ProxyError:

@@ -91,7 +91,7 @@ class Exchange:
             recording.timed_out(record, kind, self._facts())
             return await self._answer_error(errors.timeout_error(kind, context.timeouts.seconds(kind)), upstream)
         except aiohttp.ClientConnectorError as exc:
-            error = errors.upstream_unreachable(context.upstream_label, str(exc.os_error or exc))
+            error = errors.upstream_unreachable(context.upstream_label, exc)
             recording.failed(record, error.code, error.message)
             return await self._answer_error(error, upstream)
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:

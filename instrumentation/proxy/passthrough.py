@@ -39,7 +39,7 @@ async def relay(context: ProxyContext, request: web.Request) -> web.StreamRespon
     except TimeoutError:
         error = errors.timeout_error("total", total or 0)
     except aiohttp.ClientConnectorError as exc:
-        error = errors.upstream_unreachable(context.upstream_label, str(exc.os_error or exc))
+        error = errors.upstream_unreachable(context.upstream_label, exc)
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         error = errors.upstream_broke(str(exc) or type(exc).__name__)
     finally:

@@ -1,0 +1,196 @@
+"""The proxy when things go wrong: timeouts, a client that leaves, an upstream that is down, broken
+or talking garbage. Each case: what the real ``openai`` client sees, what the span records, and
+whether the engine stand-in was told to stop (its request handler cancelled).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import openai
+import pytest
+
+from infersight import attributes as attr
+from infersight.instrumentation.proxy.deadlines import Timeouts
+from infersight.signals import request as request_signals
+from tests.instrumentation.proxy_harness import ProxyStack
+
+MODEL = "standin-model"
+MESSAGES = [{"role": "user", "content": "hello"}]
+FAST = Timeouts(ttft=0.3, idle=0.3, total=1.5)
+
+
+@pytest.fixture
+def stack():
+    stack = ProxyStack(FAST)
+    yield stack
+    stack.close()
+
+
+def client_for(stack: ProxyStack) -> openai.OpenAI:
+    return openai.OpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0, timeout=10)
+
+
+def stream_text(stack: ProxyStack, plan: dict, **kwargs) -> str:
+    with client_for(stack) as client:
+        stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
+                                                extra_body={"standin": plan}, **kwargs)
+        return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+
+def engine_was_cancelled(stack: ProxyStack, timeout: float = 5.0) -> bool:
+    served = stack.engine.served[-1]
+    assert served.done.wait(timeout), "the engine is still generating"
+    return served.cancelled
+
+
+def assert_timeout_span(stack: ProxyStack, kind: str) -> None:
+    span = stack.wait_request_span()
+    assert span.attributes[attr.REQUEST_OUTCOME] == "timeout"
+    assert span.attributes[attr.TIMEOUT_KIND] == kind
+    assert span.attributes[attr.SAMPLING_REASON] == "timeout"  # a timed-out request keeps its timeline
+    assert not span.status.is_ok
+    labels = {"model": MODEL, "kind": kind}
+    assert stack.metric(request_signals.TIMEOUTS, **labels) == 1
+
+
+def test_slow_first_token_times_out_in_stream(stack):
+    """The engine sent its role chunk at once, so the stream had started: the error arrives in-stream."""
+    with pytest.raises(openai.APIError, match="first-token timeout"):
+        stream_text(stack, {"first_token_delay": 3})
+    assert_timeout_span(stack, "ttft")
+    assert engine_was_cancelled(stack)
+
+
+def test_slow_first_token_times_out_before_any_byte(stack):
+    """Non-streaming: nothing was sent yet, so the client gets a clean 504 with an OpenAI error body."""
+    with client_for(stack) as client, pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, extra_body={"standin": {"first_token_delay": 3}})
+    assert caught.value.status_code == 504
+    assert caught.value.body["code"] == "ttft_timeout"
+    assert_timeout_span(stack, "ttft")
+    assert engine_was_cancelled(stack)
+
+
+def test_stall_mid_stream_is_an_idle_timeout(stack):
+    received = []
+    with client_for(stack) as client, pytest.raises(openai.APIError, match="stalled"):
+        stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
+                                                extra_body={"standin": {"tokens": 10, "stall_after": 4, "stall": 3}})
+        for chunk in stream:
+            received.append(chunk.choices[0].delta.content)
+    assert received == ["", "tok0 ", "tok1 ", "tok2 ", "tok3 "]  # everything before the stall arrived
+    assert_timeout_span(stack, "idle")
+    span = stack.wait_request_span()
+    assert span.attributes[attr.TOKEN_COUNT] == 4
+    assert len(span.attributes[attr.TOKEN_OFFSETS_US]) == 4
+    assert engine_was_cancelled(stack)
+
+
+def test_total_timeout(stack):
+    """Tokens keep coming (no stall), but the request as a whole runs past the total limit."""
+    with pytest.raises(openai.APIError, match="total timeout"):
+        stream_text(stack, {"tokens": 100, "interval": 0.05})
+    assert_timeout_span(stack, "total")
+    assert engine_was_cancelled(stack)
+
+
+def test_client_disconnect_cancels_upstream(stack):
+    with client_for(stack) as client:
+        stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
+                                                extra_body={"standin": {"tokens": 200, "interval": 0.02}})
+        first = [next(iter(stream)) for _ in range(3)]
+        stream.close()  # the user closed the tab
+    assert len(first) == 3
+    span = stack.wait_request_span()
+    assert span.attributes[attr.REQUEST_OUTCOME] == "cancelled"
+    assert span.attributes[attr.SAMPLING_REASON] == "cancelled"
+    assert engine_was_cancelled(stack)
+    assert len(stack.engine.served[-1].sent) < 200 * 60  # far from the full answer
+
+
+def test_client_disconnect_while_waiting_for_first_token(stack):
+    with client_for(stack) as client:
+        started = time.monotonic()
+        with pytest.raises(openai.APITimeoutError):
+            client.with_options(timeout=0.15).chat.completions.create(
+                model=MODEL, messages=MESSAGES, extra_body={"standin": {"first_token_delay": 1}})
+    assert time.monotonic() - started < 1
+    span = stack.wait_request_span()
+    assert span.attributes[attr.REQUEST_OUTCOME] == "cancelled"
+    assert engine_was_cancelled(stack)
+
+
+def dead_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed on exit: nothing listens there
+
+
+def test_upstream_down():
+    stack = ProxyStack(FAST, upstream=f"http://127.0.0.1:{dead_port()}")
+    try:
+        with client_for(stack) as client:
+            with pytest.raises(openai.APIStatusError) as caught:
+                client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+            assert caught.value.status_code == 502
+            assert caught.value.body["code"] == "upstream_unreachable"
+            assert "connection refused" in caught.value.message.lower()
+            span = stack.wait_request_span()
+            assert span.attributes[attr.REQUEST_OUTCOME] == "error"
+            assert span.attributes[attr.ERROR_TYPE] == "upstream_unreachable"
+            # Other paths report the same way.
+            with pytest.raises(openai.APIStatusError) as caught:
+                client.models.list()
+            assert caught.value.status_code == 502
+    finally:
+        stack.close()
+
+
+def test_upstream_garbage_is_passed_on_and_recorded(stack):
+    with client_for(stack) as client:
+        with client.chat.completions.with_streaming_response.create(
+                model=MODEL, messages=MESSAGES, stream=True, extra_body={"standin": {"garbage": True}}) as response:
+            received = b"".join(response.iter_bytes())
+    assert received == bytes(stack.engine.served[-1].sent)
+    assert b"not an event stream" in received
+    span = stack.wait_request_span()
+    assert span.attributes[attr.REQUEST_OUTCOME] == "error"
+    assert span.attributes[attr.ERROR_TYPE] == "malformed_sse"
+    assert "not an SSE field line" in span.status.description
+
+
+@pytest.mark.parametrize("status, outcome", [(500, "error"), (503, "rejected"), (429, "rejected")])
+def test_upstream_error_status_is_passed_on(stack, status, outcome):
+    with client_for(stack) as client, pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
+                                       extra_body={"standin": {"status": status}})
+    assert caught.value.status_code == status
+    assert caught.value.response.content == bytes(stack.engine.served[-1].sent)
+    span = stack.wait_request_span()
+    assert span.attributes[attr.REQUEST_OUTCOME] == outcome
+    assert span.attributes[attr.ERROR_TYPE] == str(status)
+
+
+def test_upstream_dying_mid_stream(stack):
+    received = []
+    with client_for(stack) as client, pytest.raises(openai.APIError, match="broke off"):
+        stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
+                                                extra_body={"standin": {"tokens": 10, "crash_after": 3}})
+        for chunk in stream:
+            received.append(chunk.choices[0].delta.content)
+    assert received == ["", "tok0 ", "tok1 ", "tok2 "]
+    span = stack.wait_request_span()
+    assert span.attributes[attr.REQUEST_OUTCOME] == "error"
+    assert span.attributes[attr.ERROR_TYPE] == "upstream_disconnected"
+    assert span.attributes[attr.TOKEN_COUNT] == 3
+
+
+def test_one_failure_does_not_harm_the_next_request(stack):
+    with pytest.raises(openai.APIError):
+        stream_text(stack, {"first_token_delay": 3})
+    assert stream_text(stack, {"garbage": True}) == ""  # the client's SSE decoder skips what it cannot read
+    assert stream_text(stack, {"tokens": 2}) == "tok0 tok1 "
+    outcomes = [stack.wait_request_span(n).attributes[attr.REQUEST_OUTCOME] for n in (1, 2, 3)]
+    assert outcomes == ["timeout", "error", "success"]
