@@ -68,7 +68,10 @@ class RollingQuantile:
         self.observations += 1
         self._since_halving += 1
         if self._since_halving >= self.half_life:
-            self._counts = [c * 0.5 for c in self._counts]
+            counts = self._counts
+            for index, count in enumerate(counts):
+                if count:
+                    counts[index] = count * 0.5
             self._total *= 0.5
             self._since_halving = 0
         self._since_refresh += 1
