@@ -1,7 +1,151 @@
-"""``infersight collect gpu``."""
+"""``infersight collect gpu``: the GPU exporter (NVML + GPM, or a simulated fleet)."""
 
-from infersight.commands.unbuilt import unbuilt
+from __future__ import annotations
+
+import argparse
+import sys
+
+from infersight.capacity import GPU_PRESETS
+
+ONCE_FORMATS = ("prometheus", "table", "json", "csv")
+EXAMPLES = """\
+examples:
+  infersight collect gpu                                  # NVML, serve /metrics on 127.0.0.1:9835
+  infersight collect gpu --backend sim --sim-count 8      # a simulated H100 fleet, no GPU needed
+  infersight collect gpu --backend nvml --once --format table
+  infersight collect gpu --otlp-endpoint http://127.0.0.1:4318   # also push over OTLP/HTTP
+"""
 
 
 def register(subparsers) -> None:
-    subparsers.add_parser("gpu", help="GPU exporter (NVML/GPM or simulated)").set_defaults(func=unbuilt("collect gpu"))
+    p = subparsers.add_parser(
+        "gpu", help="GPU exporter (NVML/GPM or simulated)",
+        description="Serve GPU metrics (bandwidth utilization, power, energy, clocks, throttle reasons, "
+                    "ECC and XID errors) on /metrics for Prometheus. A background thread samples every "
+                    "GPU; a scrape never waits for it.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=("nvml", "sim"), help="device backend (default: gpus.backend, nvml)")
+    p.add_argument("--listen", metavar="HOST:PORT",
+                   help="where to serve /metrics (default: listeners.gpu_exporter, 127.0.0.1:9835; port 0 "
+                        "picks a free port)")
+    p.add_argument("--once", action="store_true", help="sample (twice, one interval apart), print and exit")
+    p.add_argument("--format", choices=ONCE_FORMATS, default="prometheus",
+                   help="output of --once (default: prometheus exposition text)")
+    p.add_argument("--node", help="the node label (default: gpus.node, else the host name)")
+    p.add_argument("--interval", type=float, metavar="SECONDS",
+                   help="sampling interval and GPM window (default: gpus.sample_interval_seconds, 1)")
+    p.add_argument("--sim-count", type=int, metavar="N", help="simulated GPUs (default: gpus.sim.count, 8)")
+    p.add_argument("--sim-type", choices=list(GPU_PRESETS), help="simulated GPU type (default: gpus.sim.type)")
+    p.add_argument("--sim-load", metavar="COMPUTE,BANDWIDTH",
+                   help="demand on every simulated GPU as shares of peak, e.g. 0.2,0.9 (default: gpus.sim)")
+    p.add_argument("--otlp-endpoint", metavar="URL", help="also push metrics over OTLP (default: gpus.otlp_endpoint)")
+    p.add_argument("--otlp-protocol", choices=("http", "grpc"), help="OTLP transport (default: gpus.otlp_protocol)")
+    p.set_defaults(func=run)
+
+
+class UsageError(Exception):
+    """A bad option value: printed with a hint, exit code 2."""
+
+
+def _sim_load(text: str | None, config) -> tuple[float, float]:
+    if text is None:
+        return config.gpus.sim.compute, config.gpus.sim.bandwidth
+    try:
+        compute, bandwidth = (float(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--sim-load {text!r}: expected COMPUTE,BANDWIDTH, e.g. 0.2,0.9") from None
+    if not (0 <= compute <= 1 and 0 <= bandwidth <= 1):
+        raise UsageError(f"--sim-load {text!r}: both shares must be between 0 and 1")
+    return compute, bandwidth
+
+
+def _build_backend(args, config, node: str):
+    backend = args.backend or config.gpus.backend
+    if backend == "sim":
+        from infersight.collectors.gpu.sim import SimBackend
+
+        count = args.sim_count if args.sim_count is not None else config.gpus.sim.count
+        if count < 1:
+            raise UsageError(f"--sim-count {count}: need at least one GPU")
+        compute, bandwidth = _sim_load(args.sim_load, config)
+        sim = SimBackend(count, args.sim_type or config.gpus.sim.type, node=node)
+        sim.set_all_loads(compute, bandwidth)
+        return sim
+    from infersight.collectors.gpu.nvml_backend import NVMLBackend
+
+    return NVMLBackend()
+
+
+def run(args, config) -> int:
+    import socket
+
+    from infersight.collectors.gpu.app import GPUExporter
+    from infersight.collectors.gpu.readings import BackendUnavailable
+
+    node = args.node or config.gpus.node or socket.gethostname()
+    interval = args.interval if args.interval is not None else config.gpus.sample_interval_seconds
+    try:
+        if interval <= 0:
+            raise UsageError(f"--interval {interval}: must be positive")
+        backend = _build_backend(args, config, node)
+    except UsageError as exc:
+        print(f"infersight collect gpu: {exc}", file=sys.stderr)
+        return 2
+    except BackendUnavailable as exc:
+        print(f"infersight collect gpu: {exc}", file=sys.stderr)
+        return 2
+    exporter = GPUExporter(backend, node, interval, config.gpus.stale_after_seconds)
+    if args.once:
+        return _once(exporter, args.format)
+    return _serve(exporter, args, config)
+
+
+def _once(exporter, fmt: str) -> int:
+    from infersight.commands.output import render
+
+    try:
+        exporter.sample_window()
+        print(exporter.exposition() if fmt == "prometheus" else render(exporter.rows(), fmt))
+    finally:
+        exporter.backend.close()
+    down = [row["gpu"] for row in exporter.rows() if not row["up"]]
+    if down:
+        print(f"infersight collect gpu: GPU {', '.join(map(str, down))} did not answer (gpu_up 0)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _serve(exporter, args, config) -> int:
+    import signal
+    import threading
+
+    listen = args.listen or config.listeners.gpu_exporter
+    try:
+        port = exporter.start(listen)
+    except (ValueError, OSError) as exc:
+        exporter.backend.close()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"infersight collect gpu: cannot listen on {listen}: {reason} (pick another with --listen HOST:PORT)",
+              file=sys.stderr)
+        return 2
+    endpoint = args.otlp_endpoint or config.gpus.otlp_endpoint
+    if endpoint:
+        if not endpoint.startswith(("http://", "https://")):
+            exporter.stop()
+            print(f"infersight collect gpu: --otlp-endpoint {endpoint!r}: expected a URL like http://127.0.0.1:4318",
+                  file=sys.stderr)
+            return 2
+        exporter.push_otlp(endpoint, args.otlp_protocol or config.gpus.otlp_protocol, config.gpus.otlp_interval_seconds)
+    host = listen.rpartition(":")[0]
+    print(f"serving {len(exporter.sampler.devices)} GPUs ({exporter.backend.name}) on http://{host}:{port}/metrics",
+          flush=True)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        while not stopping.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        exporter.stop()
+    return 0
