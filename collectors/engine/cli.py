@@ -44,8 +44,7 @@ def register(subparsers) -> None:
 
 
 def run(args, config) -> int:
-    from infersight.collectors.exporter import parse_listen
-
+    from ..exporter import parse_listen
     from .collector import EngineCollector
     from .targets import TargetError, from_config, parse_target_arg
 
@@ -110,8 +109,9 @@ class _Frozen:
 def _serve(collector, listen: str) -> int:
     import threading
 
-    from infersight.collectors.exporter import serve
     from prometheus_client import CollectorRegistry
+
+    from ..exporter import serve
 
     registry = CollectorRegistry()
     registry.register(collector)

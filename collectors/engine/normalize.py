@@ -99,9 +99,21 @@ def normalize(text: str, labels: TargetLabels, engine: str | None = None) -> Nor
     except (ValueError, IndexError, TypeError) as exc:
         raise NormalizeError("malformed", f"invalid Prometheus text: {exc}"[:300]) from None
     families: dict[str, list[Sample]] = {}
-    for family in parsed:  # untyped samples arrive as one family each: merge by name
-        families.setdefault(family.name, []).extend(family.samples)
+    for family in parsed:
+        families.setdefault(_family_name(family), []).extend(family.samples)
     return _Mapper(spec, labels, families).run()
+
+
+def _family_name(family) -> str:
+    """The family a parsed family belongs to. Samples the parser could not place under their TYPE
+    line (``x_total`` under ``# TYPE x counter``, ``_created`` lines, lines with no TYPE at all)
+    arrive as untyped one-sample families: put them back under their base name."""
+    name = family.name
+    if family.type in ("untyped", "unknown"):
+        for suffix in ("_total", "_bucket", "_sum", "_count", "_created"):
+            if name.endswith(suffix):
+                return name[: -len(suffix)]
+    return name
 
 
 def _classify_unrecognized(text: str, engine: str | None) -> tuple[str, str]:

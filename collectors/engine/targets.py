@@ -80,8 +80,14 @@ def parse_target_arg(spec: str) -> Target:
 
 def from_config(engines_config) -> list[Target]:
     """Targets of the config's ``engines.targets`` list."""
-    return [Target(url=t.url, engine=t.engine, name=t.name or "", model=t.model or "", pool=t.pool or "",
-                   node=t.node or "", gpu=t.gpu or "") for t in engines_config.targets]
+    targets = []
+    for i, t in enumerate(engines_config.targets):
+        try:
+            targets.append(Target(url=t.url, engine=t.engine, name=t.name or "", model=t.model or "",
+                                  pool=t.pool or "", node=t.node or "", gpu=t.gpu or ""))
+        except TargetError as exc:
+            raise TargetError(f"engines.targets.{i}: {exc}") from None
+    return targets
 
 
 def check_unique(targets: list[Target]) -> None:
