@@ -1,0 +1,114 @@
+"""Request metrics from the catalog: values through the tracer, the bulk inter-token histogram,
+and a real Prometheus scraping them."""
+
+from __future__ import annotations
+
+import random
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from infersight.instrumentation.metrics import BulkHistogram
+from infersight.signals import gateway, request
+from tests.conftest import require_tool
+from tests.instrumentation.tracing_helpers import make_traced
+
+MODEL = "mistral-7b"
+LABELS = dict(model=MODEL, instance="e1", pool="canary", strategy="equal_cost")
+
+
+def samples(registry: CollectorRegistry, name: str) -> dict[tuple, float]:
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            if sample.name.startswith(name):
+                out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_bulk_histogram_exposes_exactly_what_a_prometheus_histogram_would():
+    values = [random.Random(9).uniform(0.0, 3.0) for _ in range(500)] + list(request.TPOT_BUCKETS)  # edges too
+    ours, reference = CollectorRegistry(), CollectorRegistry()
+    bulk = BulkHistogram(request.INTER_TOKEN, ours)
+    bulk.observe_many(("m", "i", "p", "s"), values[:300])
+    bulk.observe_many(("m", "i", "p", "s"), values[300:])
+    plain = Histogram(request.INTER_TOKEN.name, request.INTER_TOKEN.help, request.INTER_TOKEN.labels,
+                      buckets=request.INTER_TOKEN.buckets, registry=reference)
+    for value in values:
+        plain.labels("m", "i", "p", "s").observe(value)
+    got, want = samples(ours, request.INTER_TOKEN.name), samples(reference, request.INTER_TOKEN.name)
+    want = {k: v for k, v in want.items() if not k[0].endswith("_created")}
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert abs(got[key] - value) < 1e-9, key
+
+
+def test_tracer_metrics_for_one_streamed_request():
+    traced = make_traced()
+    req = traced.tracer.start(MODEL, pool="canary", strategy="equal_cost")
+    req.queued()
+    assert traced.metric(gateway.QUEUE_DEPTH.name, model=MODEL, pool="canary", strategy="equal_cost") == 1
+    req.routed("e1")
+    assert traced.metric(gateway.QUEUE_DEPTH.name, model=MODEL, pool="canary", strategy="equal_cost") == 0
+    assert traced.metric(request.IN_FLIGHT.name, **LABELS) == 1
+    base = req._start_ns
+    times_ms = [50, 60, 75, 80, 300]  # TTFT 50 ms, gaps 10, 15, 5, 220 ms
+    for t in times_ms:
+        req._times.append(base + t * 1_000_000)
+    req.finish("stop", input_tokens=100, cached_input_tokens=60, output_tokens=5)
+
+    m = traced.metric
+    assert m(request.IN_FLIGHT.name, **LABELS) == 0
+    assert m(request.REQUESTS.name, outcome="success", **LABELS) == 1
+    assert m(request.TTFT.name + "_sum", **LABELS) == 0.05
+    assert m(request.TTFT.name + "_bucket", le="0.06", **LABELS) == 1
+    assert m(request.TTFT.name + "_bucket", le="0.04", **LABELS) == 0
+    assert abs(m(request.TPOT.name + "_sum", **LABELS) - 0.0625) < 1e-12  # (300 - 50) / 4 ms
+    assert m(request.INTER_TOKEN.name + "_count", **LABELS) == 4
+    assert abs(m(request.INTER_TOKEN.name + "_sum", **LABELS) - 0.25) < 1e-12
+    assert m(request.INTER_TOKEN.name + "_bucket", le="0.01", **LABELS) == 2  # 5 and 10 ms
+    assert m(request.INTER_TOKEN.name + "_bucket", le="0.2", **LABELS) == 3
+    assert m(request.QUEUE_TIME.name + "_count", **LABELS) == 1
+    assert m(request.E2E.name + "_count", **LABELS) == 1
+    assert m(request.INPUT_TOKENS.name, **LABELS) == 100
+    assert m(request.CACHED_INPUT_TOKENS.name, **LABELS) == 60
+    assert m(request.OUTPUT_TOKENS.name, **LABELS) == 5
+
+
+def test_non_streaming_request_uses_usage_and_first_token_mark():
+    traced = make_traced()
+    req = traced.tracer.start(MODEL, instance="e1", pool="canary", strategy="equal_cost")
+    req.first_token()
+    summary = req.finish("stop", output_tokens=20)
+    assert summary.ttft_s is not None and summary.token_count == 0
+    assert traced.metric(request.OUTPUT_TOKENS.name, **LABELS) == 20
+    assert traced.metric(request.TPOT.name + "_count", **LABELS) == 1
+    assert traced.metric(request.INTER_TOKEN.name + "_count", **LABELS) is None  # no stream, no gaps
+
+
+def test_real_prometheus_scrapes_the_request_metrics(prometheus_server):
+    require_tool("prometheus")
+    traced = make_traced()
+    for i in range(20):
+        with traced.tracer.start(MODEL, instance="e1", pool="canary", strategy="equal_cost") as req:
+            base = req._start_ns
+            for k in range(1, 11):
+                req._times.append(base + (100 + 20 * k) * 1_000_000)  # TTFT 120 ms, gaps 20 ms
+            if i % 5 == 0:
+                req.timeout("idle")
+            else:
+                req.finish("stop")
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=traced.registry)
+    try:
+        prom = prometheus_server([f"127.0.0.1:{server.server_port}"])
+        count = prom.wait_for(f"sum({request.INTER_TOKEN.count(model=MODEL)})")
+        assert float(count[0]["value"][1]) == 20 * 9
+        p50 = prom.query(f"histogram_quantile(0.5, sum by (le) ({request.INTER_TOKEN.bucket(model=MODEL)}))")
+        assert 0.0125 <= float(p50[0]["value"][1]) <= 0.025  # 20 ms gaps fall in the (0.01, 0.025] bucket
+        timeouts = prom.query(request.TIMEOUTS.select(kind="idle", pool="canary"))
+        assert float(timeouts[0]["value"][1]) == 4
+        outcomes = {r["metric"]["outcome"]: float(r["value"][1]) for r in prom.query(request.REQUESTS.select())}
+        assert outcomes == {"success": 16.0, "timeout": 4.0}
+    finally:
+        server.shutdown()
+        server.server_close()
