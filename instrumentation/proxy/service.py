@@ -1,0 +1,69 @@
+"""Running the proxy as a service: tracing from the config, serve until SIGINT/SIGTERM, flush spans."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from prometheus_client import CollectorRegistry
+
+from infersight.config import Config
+from infersight.instrumentation.proxy import app as proxy_app
+from infersight.instrumentation.proxy.deadlines import Timeouts
+from infersight.instrumentation.sampling import TailSampler
+from infersight.instrumentation.tracer import RequestTracer
+from infersight.instrumentation.tracing_setup import TracingSetupError, setup_tracing_from_config
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8081")
+    return host.strip("[]"), int(port)
+
+
+def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool: str = "",
+        provider_name: str | None = None, service_name: str = "infersight-proxy") -> int:
+    """Serve until interrupted; returns the exit code. Bad arguments print a message and return 2."""
+    try:
+        host, port = parse_listen(listen)
+        upstream_url = proxy_app.parse_upstream(upstream)
+    except ValueError as exc:
+        print(f"infersight proxy: {exc}", file=sys.stderr)
+        return 2
+    registry = CollectorRegistry()
+    try:
+        tracing = setup_tracing_from_config(config.tracing, service_name, registry=registry)
+    except TracingSetupError as exc:
+        print(f"infersight proxy: tracing setup: {exc}", file=sys.stderr)
+        return 2
+    sampler = TailSampler(random_share=config.tracing.random_timeline_share, quantile=config.tracing.slow_quantile,
+                          min_samples=config.tracing.slow_min_samples)
+    tracer = RequestTracer(registry=registry, tracer_provider=tracing.provider, sampler=sampler,
+                           provider_name=provider_name)
+    context = proxy_app.ProxyContext(upstream=upstream_url, timeouts=timeouts, tracer=tracer, pool=pool)
+    try:
+        return asyncio.run(_serve(context, host, port))
+    finally:
+        tracing.shutdown()  # exports the spans still queued
+
+
+async def _serve(context: proxy_app.ProxyContext, host: str, port: int) -> int:
+    try:
+        runner, bound = await proxy_app.start(context, host, port)
+    except OSError as exc:
+        print(f"infersight proxy: cannot listen on {host}:{port}: {exc.strerror or exc} "
+              "(pick another --listen port, or stop what holds this one)", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    print(f"infersight proxy: listening on http://{host}:{bound} -> {context.upstream} "
+          f"(metrics on /metrics)", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+    return 0
