@@ -1,0 +1,200 @@
+"""What the instrumenting proxy costs a token stream: added latency per chunk and chunk throughput.
+
+Three processes on this machine: the engine stand-in (tests/instrumentation/engine_standin.py),
+the proxy with full instrumentation (metrics, spans through a BatchSpanProcessor into an in-memory
+exporter, tail sampling), and the client here. The same streams run directly against the engine
+(the baseline) and through the proxy, side by side:
+
+- latency: the engine stamps each chunk with ``time.monotonic_ns()`` (one clock for all processes
+  on Linux) and sends one every ``--interval`` ms; the client subtracts the stamp on arrival.
+  Added latency = the proxy's percentile minus the direct one.
+- throughput: ``--streams`` concurrent streams of ``--throughput-tokens`` chunks sent back to back;
+  chunks received per second, proxy / direct.
+
+    .venv/bin/python benchmarks/proxy_latency.py            # defaults: a few seconds
+    .venv/bin/python benchmarks/proxy_latency.py --rounds 3 --format json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tests.instrumentation
+
+import aiohttp  # noqa: E402
+
+STAMP = re.compile(rb'"content":"(\d+)"')
+MODEL = "standin-model"
+
+
+# -- the two servers, each in its own process ------------------------------------------------------
+def _engine_process(ports) -> None:
+    from tests.instrumentation.engine_standin import EngineStandin
+    from tests.instrumentation.proxy_harness import serve
+
+    async def main() -> None:
+        engine = EngineStandin()
+        engine.served = _Discard()  # a benchmark must not keep every request's bytes
+        _, port = await serve(engine.app())
+        ports.put(port)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+class _Discard(list):
+    def append(self, item) -> None:
+        pass
+
+
+def _proxy_process(upstream: str, ports) -> None:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from prometheus_client import CollectorRegistry
+
+    from infersight.instrumentation.proxy import app as proxy_app
+    from infersight.instrumentation.proxy.deadlines import Timeouts
+    from infersight.instrumentation.sampling import TailSampler
+    from infersight.instrumentation.tracer import RequestTracer
+    from infersight.instrumentation.tracing_setup import setup_tracing
+
+    class EncodeOnly(SpanExporter):
+        """Does the OTLP exporter's CPU work (protobuf encoding), without a network peer."""
+
+        def export(self, spans):
+            encode_spans(spans).SerializeToString()
+            return SpanExportResult.SUCCESS
+
+    async def main() -> None:
+        registry = CollectorRegistry()
+        tracing = setup_tracing("proxy-benchmark", exporter=EncodeOnly(), registry=registry)
+        tracer = RequestTracer(registry=registry, tracer_provider=tracing.provider,
+                               sampler=TailSampler(random_share=0.01), provider_name="vllm")
+        context = proxy_app.ProxyContext(upstream=proxy_app.parse_upstream(upstream), timeouts=Timeouts(),
+                                         tracer=tracer)
+        _, port = await proxy_app.start(context, "127.0.0.1", 0)
+        ports.put(port)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# -- the client ----------------------------------------------------------------------------------
+async def _stream(session: aiohttp.ClientSession, base: str, plan: dict) -> tuple[list[int], int]:
+    """One streamed chat completion; returns per-chunk latencies (ns, if stamped) and the chunk count."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True, "standin": plan}
+    latencies: list[int] = []
+    chunks = 0
+    async with session.post(base + "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.content:
+            if not line.startswith(b"data: {"):
+                continue
+            now = time.monotonic_ns()
+            chunks += 1
+            match = STAMP.search(line)
+            if match:
+                latencies.append(now - int(match.group(1)))
+    return latencies, chunks
+
+
+async def _latency(base: str, requests: int, tokens: int, interval_ms: float) -> list[int]:
+    plan = {"tokens": tokens, "interval": interval_ms / 1000, "stamp": True}
+    out: list[int] = []
+    async with aiohttp.ClientSession() as session:
+        await _stream(session, base, {"tokens": 5})  # warm the connection
+        for _ in range(requests):
+            latencies, _ = await _stream(session, base, plan)
+            out += latencies
+    return out
+
+
+async def _throughput(base: str, streams: int, tokens: int) -> float:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await _stream(session, base, {"tokens": 5})
+        started = time.perf_counter()
+        results = await asyncio.gather(*(_stream(session, base, {"tokens": tokens}) for _ in range(streams)))
+        elapsed = time.perf_counter() - started
+    return sum(chunks for _, chunks in results) / elapsed
+
+
+def _percentile(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000.0  # ns -> us
+
+
+def _start(target, *args) -> tuple[multiprocessing.Process, int]:
+    ports = multiprocessing.Queue()
+    process = multiprocessing.Process(target=target, args=(*args, ports), daemon=True)
+    process.start()
+    return process, ports.get(timeout=30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=20, help="streams per latency round (default: %(default)s)")
+    parser.add_argument("--tokens", type=int, default=100, help="chunks per latency stream (default: %(default)s)")
+    parser.add_argument("--interval", type=float, default=2.0, help="ms between chunks (default: %(default)s)")
+    parser.add_argument("--streams", type=int, default=8, help="concurrent throughput streams (default: %(default)s)")
+    parser.add_argument("--throughput-tokens", type=int, default=2000, help="chunks per throughput stream")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating direct/proxy rounds (default: %(default)s)")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    args = parser.parse_args(argv)
+
+    multiprocessing.set_start_method("spawn", force=True)
+    engine, engine_port = _start(_engine_process)
+    direct = f"http://127.0.0.1:{engine_port}"
+    proxy, proxy_port = _start(_proxy_process, direct)
+    through = f"http://127.0.0.1:{proxy_port}"
+    try:
+        lat = {"direct": [], "proxy": []}
+        rate = {"direct": [], "proxy": []}
+        for _ in range(args.rounds):  # alternate, so drift in machine load hits both sides
+            for name, base in (("direct", direct), ("proxy", through)):
+                lat[name] += asyncio.run(_latency(base, args.requests, args.tokens, args.interval))
+                rate[name].append(asyncio.run(_throughput(base, args.streams, args.throughput_tokens)))
+    finally:
+        for process in (proxy, engine):
+            process.terminate()
+            process.join(5)
+
+    figures = {
+        "chunks_measured": {name: len(values) for name, values in lat.items()},
+        "latency_p50_us": {name: _percentile(values, 0.50) for name, values in lat.items()},
+        "latency_p99_us": {name: _percentile(values, 0.99) for name, values in lat.items()},
+        "chunks_per_s": {name: statistics.median(values) for name, values in rate.items()},
+    }
+    added_p50 = figures["latency_p50_us"]["proxy"] - figures["latency_p50_us"]["direct"]
+    added_p99 = figures["latency_p99_us"]["proxy"] - figures["latency_p99_us"]["direct"]
+    summary = {
+        "added_latency_p50_us": added_p50,
+        "added_latency_p99_us": added_p99,
+        "latency_p50_ratio_proxy_vs_direct": figures["latency_p50_us"]["proxy"] / figures["latency_p50_us"]["direct"],
+        "latency_p99_ratio_proxy_vs_direct": figures["latency_p99_us"]["proxy"] / figures["latency_p99_us"]["direct"],
+        "throughput_ratio_proxy_vs_direct": figures["chunks_per_s"]["proxy"] / figures["chunks_per_s"]["direct"],
+    }
+    if args.format == "json":
+        print(json.dumps({"figures": figures, "summary": summary, "args": vars(args)}, indent=2))
+        return 0
+    print(f"{'':28}{'direct':>12}{'proxy':>12}{'proxy/direct':>14}{'added':>12}")
+    rows = (("latency_p50_us", "chunk latency p50", "us"), ("latency_p99_us", "chunk latency p99", "us"),
+            ("chunks_per_s", "throughput", "chunks/s"))
+    for key, label, unit in rows:
+        d, p = figures[key]["direct"], figures[key]["proxy"]
+        added = f"{p - d:+.0f} {unit}" if unit == "us" else ""
+        print(f"{label + ' (' + unit + ')':28}{d:>12,.0f}{p:>12,.0f}{p / d:>14.2f}{added:>12}")
+    print(f"chunks measured: {figures['chunks_measured']['direct']:,} direct, "
+          f"{figures['chunks_measured']['proxy']:,} proxy; {args.streams} concurrent streams for throughput")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
