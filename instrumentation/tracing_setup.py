@@ -93,8 +93,10 @@ class DropCountingSpanProcessor(BatchSpanProcessor):
 
     The SDK drops a span when its queue is full with only a log line; we check the queue before
     handing the span over. The check reads the SDK's private queue (verified against
-    opentelemetry-sdk 1.45; tests/instrumentation/test_tracing_setup.py catches a change). Under
-    concurrent producers the count can be off by the number of threads racing, never by a burst.
+    opentelemetry-sdk 1.45; tests/instrumentation/test_tracing_setup.py catches a change). The count
+    is exact up to a race: it can be one high when the export thread drains the queue between our
+    check and the SDK's append (the SDK's own "Queue full" log has the same race), and with several
+    producer threads one low per thread racing. It never misses a burst.
     """
 
     def __init__(self, exporter: SpanExporter, *, service: str, registry: CollectorRegistry, max_queue_size: int,
