@@ -27,6 +27,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _megabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be > 0")
+    return value
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("proxy", help="instrumenting reverse proxy for OpenAI-compatible engines",
                               description=PROXY_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -41,6 +51,8 @@ def register(subparsers) -> None:
                    help="longest gap between streamed tokens after the first (default: %(default)s; 0 disables)")
     p.add_argument("--total-timeout", type=_seconds, default=600.0, metavar="SECONDS",
                    help="longest request, start to end (default: %(default)s; 0 disables)")
+    p.add_argument("--max-request-mb", type=_megabytes, default=64.0, metavar="MB",
+                   help="largest request body accepted, in MiB; larger ones get HTTP 413 (default: %(default)s)")
     p.add_argument("--pool", default="", help="pool label for the metrics and spans, e.g. stable or canary")
     p.add_argument("--provider", metavar="NAME",
                    help="gen_ai.provider.name on the spans: the engine kind, e.g. vllm or sglang")
@@ -54,4 +66,5 @@ def _proxy(args, config) -> int:
 
     return service.run(config, listen=args.listen or config.listeners.proxy, upstream=args.upstream,
                        timeouts=Timeouts(ttft=args.ttft_timeout, idle=args.idle_timeout, total=args.total_timeout),
-                       pool=args.pool, provider_name=args.provider, service_name=args.service_name)
+                       pool=args.pool, provider_name=args.provider, service_name=args.service_name,
+                       max_request_bytes=int(args.max_request_mb * 1024 * 1024))

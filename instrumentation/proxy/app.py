@@ -14,13 +14,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from yarl import URL
 
-from infersight.instrumentation.proxy import passthrough
+from infersight.instrumentation.proxy import errors, passthrough
 from infersight.instrumentation.proxy.deadlines import Timeouts
 from infersight.instrumentation.proxy.exchange import INSTRUMENTED_PATHS, Exchange
 from infersight.instrumentation.tracer import RequestTracer
 
 # Prompts with images or long documents exceed aiohttp's 1 MiB default request size.
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 CONNECT_TIMEOUT_SECONDS = 10.0
 CONTEXT_KEY = web.AppKey("proxy_context", object)
 
@@ -43,6 +43,7 @@ class ProxyContext:
     timeouts: Timeouts
     tracer: RequestTracer  # records metrics and spans; its registry is served on /metrics
     pool: str = ""  # the pool label of the proxied engine (stable, canary ...), if any
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     session: aiohttp.ClientSession | None = field(default=None)
 
     @property
@@ -57,7 +58,7 @@ class ProxyContext:
 
 
 def build_app(context: ProxyContext) -> web.Application:
-    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+    app = web.Application(client_max_size=context.max_request_bytes)
     app[CONTEXT_KEY] = context
 
     async def session_lifecycle(app: web.Application):
@@ -75,10 +76,15 @@ def build_app(context: ProxyContext) -> web.Application:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def forward(request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            error = errors.request_too_large(context.max_request_bytes)
+            return web.Response(status=error.status, body=error.body(), content_type="application/json")
         operation = INSTRUMENTED_PATHS.get(request.path)
         if operation is not None and request.method == "POST":
-            return await Exchange(context, request, operation).run()
-        return await passthrough.relay(context, request)
+            return await Exchange(context, request, operation).run(body)
+        return await passthrough.relay(context, request, body)
 
     app.cleanup_ctx.append(session_lifecycle)
     app.router.add_get("/metrics", metrics)

@@ -52,3 +52,8 @@ def upstream_unreachable(upstream: str, exc: Exception) -> ProxyError:
 def upstream_broke(reason: str) -> ProxyError:
     return ProxyError(502, "upstream_disconnected", f"the upstream response broke off: {reason}",
                       type="upstream_error")
+
+
+def request_too_large(limit: int) -> ProxyError:
+    return ProxyError(413, "request_too_large", f"the request body is larger than the proxy accepts ({limit:,} "
+                      "bytes); raise it with --max-request-mb", type="invalid_request_error")

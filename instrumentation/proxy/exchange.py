@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 # The OpenAI-compatible endpoints the proxy instruments, and their GenAI operation names.
 INSTRUMENTED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
-# Client-side failures to write: the client went away.
-CLIENT_GONE = (ConnectionResetError, ConnectionError)
+# A failed write to the client (aiohttp raises ClientConnectionResetError, a ConnectionResetError):
+# the client went away.
+CLIENT_GONE = ConnectionError
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,7 @@ class Exchange:
         self.inspector: StreamInspector | None = None
         self.first_token = False
 
-    async def run(self) -> web.StreamResponse:
-        body = await self.request.read()
+    async def run(self, body: bytes) -> web.StreamResponse:
         info = RequestInfo.parse(self.operation, body)
         context = self.context
         record = context.tracer.start(info.model, operation=info.operation, headers=self.request.headers,

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
     from infersight.instrumentation.proxy.app import ProxyContext
 
 
-async def relay(context: ProxyContext, request: web.Request) -> web.StreamResponse:
-    body = await request.read()
+async def relay(context: ProxyContext, request: web.Request, body: bytes) -> web.StreamResponse:
     total = context.timeouts.total
     deadline = asyncio.get_running_loop().time() + total if total else None
     upstream: aiohttp.ClientResponse | None = None
@@ -42,6 +41,8 @@ async def relay(context: ProxyContext, request: web.Request) -> web.StreamRespon
         error = errors.upstream_unreachable(context.upstream_label, exc)
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         error = errors.upstream_broke(str(exc) or type(exc).__name__)
+    except ConnectionError:  # the client went away; ``finally`` closes the upstream connection
+        return response or web.Response(status=499)
     finally:
         if upstream is not None:
             if upstream.content.at_eof():

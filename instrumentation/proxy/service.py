@@ -24,7 +24,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool: str = "",
-        provider_name: str | None = None, service_name: str = "infersight-proxy") -> int:
+        provider_name: str | None = None, service_name: str = "infersight-proxy",
+        max_request_bytes: int = proxy_app.DEFAULT_MAX_REQUEST_BYTES) -> int:
     """Serve until interrupted; returns the exit code. Bad arguments print a message and return 2."""
     try:
         host, port = parse_listen(listen)
@@ -42,7 +43,8 @@ def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool:
                           min_samples=config.tracing.slow_min_samples)
     tracer = RequestTracer(registry=registry, tracer_provider=tracing.provider, sampler=sampler,
                            provider_name=provider_name)
-    context = proxy_app.ProxyContext(upstream=upstream_url, timeouts=timeouts, tracer=tracer, pool=pool)
+    context = proxy_app.ProxyContext(upstream=upstream_url, timeouts=timeouts, tracer=tracer, pool=pool,
+                                     max_request_bytes=max_request_bytes)
     try:
         return asyncio.run(_serve(context, host, port))
     finally:

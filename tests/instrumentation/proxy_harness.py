@@ -61,7 +61,7 @@ class ProxyStack:
     """
 
     def __init__(self, timeouts: Timeouts | None = None, upstream: str | None = None,
-                 tracer: RequestTracer | None = None) -> None:
+                 tracer: RequestTracer | None = None, **context_options) -> None:
         self.exporter = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(self.exporter))
@@ -74,7 +74,7 @@ class ProxyStack:
         self.engine_url = f"http://127.0.0.1:{engine_port}"
         self.context = proxy_app.ProxyContext(
             upstream=proxy_app.parse_upstream(upstream or self.engine_url), timeouts=timeouts or Timeouts(),
-            tracer=self.tracer)
+            tracer=self.tracer, **context_options)
         proxy_runner, proxy_port = self.loop.call(proxy_app.start(self.context, "127.0.0.1", 0))
         self._runners.append(proxy_runner)
         self.url = f"http://127.0.0.1:{proxy_port}"

@@ -140,3 +140,18 @@ def test_request_that_is_not_json_reaches_the_engine(stack, client):
     assert span.attributes[attr.REQUEST_OUTCOME] == "error"
     assert span.attributes[attr.ERROR_TYPE] == "400"
     assert span.attributes[attr.GEN_AI_REQUEST_MODEL] == "unknown"
+
+
+def test_oversized_request_gets_413_and_harms_nothing():
+    stack = ProxyStack(max_request_bytes=4096)
+    try:
+        with openai.OpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0, timeout=10) as client:
+            with pytest.raises(openai.APIStatusError) as caught:
+                client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x" * 5000}])
+            assert caught.value.status_code == 413
+            assert caught.value.body["code"] == "request_too_large"
+            assert stack.engine.served == []  # never forwarded
+            reply = client.chat.completions.create(model=MODEL, messages=MESSAGES)
+            assert reply.choices[0].message.content.startswith("tok0")
+    finally:
+        stack.close()
