@@ -1,0 +1,256 @@
+"""The post-incident questions as parameterized ClickHouse queries.
+
+Every value a user supplies -- database, trace id, instance, pool, model, times, thresholds -- is
+bound as a server-side parameter (``{name:Type}``, the database as ``{db:Identifier}``); the SQL
+text is constant, so no input can change what a query does. Choices between columns (sort by TTFT
+or e2e, group by instance or pool) pick from fixed fragments, never from user text.
+
+A trace holds one *request span* per service that saw the request (gateway, proxy, engine); a
+query that lists requests keeps one row per trace (``LIMIT 1 BY TraceId``) unless a service is given.
+Each function returns a list of plain dicts, ready for :func:`infersight.commands.output.render`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from infersight import attributes as attr
+
+SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration"}
+GROUP_COLUMNS = {"instance": "Instance", "pool": "Pool", "model": "Model", "strategy": "Strategy"}
+
+# Optional filters: an empty parameter matches everything, so the SQL never changes shape.
+REQUEST_FILTERS = """
+    AND ({model:String} = '' OR Model = {model:String})
+    AND ({instance:String} = '' OR Instance = {instance:String})
+    AND ({pool:String} = '' OR Pool = {pool:String})
+    AND ({strategy:String} = '' OR Strategy = {strategy:String})
+    AND ({status:String} = '' OR Outcome = {status:String})
+    AND ({service:String} = '' OR ServiceName = {service:String})"""
+
+
+class TraceNotFound(LookupError):
+    """No span with this trace id (it may be older than the retention)."""
+
+
+def _rows(client, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    # Naive datetimes here mean UTC; marked so, clickhouse-connect converts them to the server's time zone.
+    bound = {k: v.replace(tzinfo=dt.UTC) if isinstance(v, dt.datetime) and v.tzinfo is None else v
+             for k, v in params.items()}
+    return list(client.query(sql, parameters=bound).named_results())
+
+
+def _filters(model: str = "", instance: str = "", pool: str = "", strategy: str = "", status: str = "",
+             service: str = "") -> dict[str, str]:
+    return {"model": model or "", "instance": instance or "", "pool": pool or "", "strategy": strategy or "",
+            "status": status or "", "service": service or ""}
+
+
+def slowest(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "ttft", limit: int = 20,
+            **filters: str) -> list[dict[str, Any]]:
+    """The slowest requests in ``[start, end)`` by TTFT or e2e duration, one row per trace."""
+    order = SORT_COLUMNS[by]
+    sql = f"""
+SELECT TraceId AS trace_id, Timestamp AS started, ServiceName AS service, Model AS model, Instance AS instance,
+       Pool AS pool, Strategy AS strategy, Outcome AS outcome, round(TtftMs, 1) AS ttft_ms,
+       round(Duration / 1e6, 1) AS e2e_ms, round(TokenGapMaxMs, 1) AS max_gap_ms, InputTokens AS input_tokens,
+       OutputTokens AS output_tokens
+FROM {{db:Identifier}}.otel_traces
+WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND IsRequest {REQUEST_FILTERS}
+ORDER BY {order} DESC NULLS LAST, Timestamp
+LIMIT 1 BY TraceId
+LIMIT {{limit:UInt32}}"""
+    return _rows(client, sql, {"db": db, "start": start, "end": end, "limit": limit, **_filters(**filters)})
+
+
+def trace_range(client, db: str, trace_id: str) -> tuple[dt.datetime, dt.datetime]:
+    """When a trace happened, from the exporter's TraceId lookup table (so span reads prune by time)."""
+    rows = _rows(client, """
+SELECT min(Start) AS start, max(End) AS end, count() AS found
+FROM {db:Identifier}.otel_traces_trace_id_ts WHERE TraceId = {trace:String}""", {"db": db, "trace": trace_id})
+    start, end, found = rows[0]["start"], rows[0]["end"], rows[0]["found"]
+    if not found:
+        raise TraceNotFound(trace_id)
+    return start, end + dt.timedelta(seconds=1)
+
+
+def trace_spans(client, db: str, trace_id: str) -> list[dict[str, Any]]:
+    """The span tree of one trace, depth-first, with the attributes that explain each step."""
+    start, end = trace_range(client, db, trace_id)
+    rows = _rows(client, """
+SELECT SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, SpanName AS name, Timestamp AS started,
+       round(Duration / 1e6, 2) AS duration_ms, StatusCode AS status, Instance AS instance, Pool AS pool,
+       Outcome AS outcome, TtftMs AS ttft_ms, RetryAttempt AS attempt,
+       SpanAttributes[{k_strategy:String}] AS strategy, SpanAttributes[{k_candidates:String}] AS candidates,
+       SpanAttributes[{k_cache:String}] AS prefix_cache_ratio, InputTokens AS input_tokens,
+       CachedInputTokens AS cached_input_tokens, OutputTokens AS output_tokens
+FROM {db:Identifier}.otel_traces
+WHERE TraceId = {trace:String} AND Timestamp >= {start:DateTime64(9)} AND Timestamp <= {end:DateTime64(9)}
+ORDER BY Timestamp, SpanId""", {"db": db, "trace": trace_id, "start": start, "end": end,
+                                 "k_strategy": attr.ROUTING_STRATEGY, "k_candidates": attr.ROUTING_CANDIDATES,
+                                 "k_cache": attr.ROUTING_PREFIX_CACHE_RATIO})
+    return _tree_order(rows)
+
+
+def _tree_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Depth-first order with a ``depth`` field; spans whose parent is missing become roots."""
+    ids = {r["span_id"] for r in rows}
+    children: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        parent = row["parent_id"] if row["parent_id"] in ids else ""
+        children.setdefault(parent, []).append(row)
+    ordered: list[dict[str, Any]] = []
+    trace_start = min((r["started"] for r in rows), default=None)
+
+    def visit(parent: str, depth: int) -> None:
+        for row in children.get(parent, []):
+            row["depth"] = depth
+            row["start_ms"] = round((row["started"] - trace_start).total_seconds() * 1000, 2)
+            ordered.append(row)
+            visit(row["span_id"], depth + 1)
+
+    visit("", 0)
+    return ordered
+
+
+def token_timeline(client, db: str, trace_id: str) -> list[dict[str, Any]]:
+    """Every kept token of a trace (empty when its timeline was not sampled)."""
+    return _rows(client, """
+SELECT SpanId AS span_id, ServiceName AS service, Instance AS instance, TokenIndex AS token_index,
+       Timestamp AS at, round(OffsetUs / 1000, 3) AS offset_ms, round(GapUs / 1000, 3) AS gap_ms
+FROM {db:Identifier}.llm_token_events
+WHERE TraceId = {trace:String}
+ORDER BY SpanId, TokenIndex""", {"db": db, "trace": trace_id})
+
+
+def trace_stalls(client, db: str, trace_id: str, top: int = 5) -> list[dict[str, Any]]:
+    """The longest inter-token gaps of one trace and when each started."""
+    return _rows(client, """
+SELECT Instance AS instance, TokenIndex AS token_index, round(GapUs / 1000, 1) AS gap_ms,
+       subtractMicroseconds(Timestamp, GapUs) AS gap_started, round((OffsetUs - GapUs) / 1000, 1) AS gap_offset_ms
+FROM {db:Identifier}.llm_token_events
+WHERE TraceId = {trace:String} AND TokenIndex > 0
+ORDER BY GapUs DESC, TokenIndex
+LIMIT 1 BY TokenIndex
+LIMIT {top:UInt32}""", {"db": db, "trace": trace_id, "top": top})
+
+
+def window_stalls(client, db: str, start: dt.datetime, end: dt.datetime, min_gap_ms: float = 500.0,
+                  **filters: str) -> list[dict[str, Any]]:
+    """Requests whose longest inter-token gap exceeded ``min_gap_ms``, by instance and minute of the stall."""
+    return _rows(client, f"""
+SELECT instance, minute, count() AS requests, round(max(gap), 1) AS max_gap_ms, round(avg(gap), 1) AS mean_gap_ms,
+       min(stall_at) AS first_stall_at, groupArray(3)(trace) AS example_traces
+FROM (
+    SELECT TraceId AS trace, Instance AS instance, TokenGapMaxMs AS gap,
+           addMicroseconds(Timestamp, toInt64(ifNull(TokenStallOffsetMs, 0) * 1000)) AS stall_at,
+           toStartOfMinute(stall_at) AS minute
+    FROM {{db:Identifier}}.otel_traces
+    WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND IsRequest
+      AND TokenGapMaxMs > {{min_gap:Float64}} {REQUEST_FILTERS}
+    ORDER BY gap DESC
+    LIMIT 1 BY TraceId
+)
+GROUP BY instance, minute
+ORDER BY minute, instance""", {"db": db, "start": start, "end": end, "min_gap": min_gap_ms, **_filters(**filters)})
+
+
+def neighbors(client, db: str, instance: str, at: dt.datetime, lookback: dt.timedelta = dt.timedelta(minutes=15),
+              service: str = "") -> list[dict[str, Any]]:
+    """What else was on ``instance`` at the instant ``at``: queued, in prefill or in decode.
+
+    The phase comes from the request span's own timing: queued until ``llm.queue_ms``, in prefill
+    until the first token (``llm.ttft_ms``), decoding after. Requests longer than ``lookback`` are
+    not searched for (they would have to start before ``at - lookback``).
+    """
+    return _rows(client, """
+SELECT TraceId AS trace_id, ServiceName AS service, phase, round(elapsed_ms, 1) AS running_for_ms,
+       InputTokens AS prompt_tokens, CachedInputTokens AS cached_tokens, CachedInputTokens > 0 AS prefix_cached,
+       OutputTokens AS output_tokens, round(TtftMs, 1) AS ttft_ms, round(Duration / 1e6, 1) AS e2e_ms,
+       Outcome AS outcome, Timestamp AS started
+FROM (
+    SELECT TraceId, ServiceName, InputTokens, CachedInputTokens, OutputTokens, TtftMs, Duration, Outcome, Timestamp,
+           dateDiff('microsecond', Timestamp, {at:DateTime64(9)}) / 1000 AS elapsed_ms,
+           multiIf(elapsed_ms < ifNull(QueueMs, 0), 'queued', TtftMs IS NULL OR elapsed_ms < TtftMs, 'prefill',
+                   'decode') AS phase
+    FROM {db:Identifier}.otel_traces
+    WHERE Timestamp <= {at:DateTime64(9)} AND Timestamp >= subtractMicroseconds({at:DateTime64(9)}, {lookback_us:Int64})
+      AND IsRequest AND Instance = {instance:String}
+      AND ({service:String} = '' OR ServiceName = {service:String})
+      AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) >= {at:DateTime64(9)}
+    ORDER BY Timestamp DESC
+    LIMIT 1 BY TraceId
+)
+ORDER BY phase = 'decode', InputTokens DESC, trace_id""",
+                 {"db": db, "instance": instance, "at": at, "lookback_us": int(lookback.total_seconds() * 1e6),
+                  "service": service or ""})
+
+
+def retries(client, db: str, start: dt.datetime, end: dt.datetime, min_attempts: int = 2,
+            limit: int = 100) -> list[dict[str, Any]]:
+    """Retry chains: every attempt (``upstream`` span) of requests tried at least ``min_attempts`` times.
+
+    ``gap_ms`` is measured (previous attempt's end to this attempt's start); ``backoff_ms`` is what
+    the gateway said it waited.
+    """
+    return _rows(client, """
+SELECT TraceId AS trace_id, RetryAttempt AS attempt, Instance AS instance, Timestamp AS started,
+       round(Duration / 1e6, 1) AS duration_ms, StatusCode AS status, Outcome AS outcome,
+       toFloat64OrNull(SpanAttributes[{k_backoff:String}]) AS backoff_ms,
+       if(RetryAttempt = 0, NULL, round(dateDiff('microsecond',
+           lagInFrame(addMicroseconds(Timestamp, intDiv(Duration, 1000))) OVER chain, Timestamp) / 1000, 1)) AS gap_ms
+FROM {db:Identifier}.otel_traces
+WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND SpanName = {upstream:String}
+  AND TraceId IN (
+      SELECT TraceId FROM {db:Identifier}.otel_traces
+      WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND SpanName = {upstream:String}
+      GROUP BY TraceId HAVING uniqExact(RetryAttempt) >= {min_attempts:UInt16}
+      ORDER BY min(Timestamp) LIMIT {limit:UInt32})
+WINDOW chain AS (PARTITION BY TraceId ORDER BY RetryAttempt, Timestamp
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+ORDER BY min(Timestamp) OVER (PARTITION BY TraceId), trace_id, attempt""",
+                 {"db": db, "start": start, "end": end, "min_attempts": min_attempts, "limit": limit,
+                  "k_backoff": attr.RETRY_BACKOFF_MS, "upstream": attr.SPAN_UPSTREAM})
+
+
+def percentiles(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "instance",
+                service: str = "", pool: str = "", instance: str = "") -> list[dict[str, Any]]:
+    """TTFT / TPOT / e2e p50, p95, p99 per minute and per instance (or pool, model...) from the rollup."""
+    key = GROUP_COLUMNS[by]
+    return _rows(client, f"""
+SELECT Minute AS minute, ServiceName AS service, {key} AS {by}, sum(Requests) AS requests,
+       sum(Errors) + sum(Timeouts) AS errors, quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS ttft,
+       quantilesMerge(0.5, 0.95, 0.99)(TpotMs) AS tpot, quantilesMerge(0.5, 0.95, 0.99)(E2eMs) AS e2e,
+       round(ttft[1], 1) AS ttft_p50_ms, round(ttft[2], 1) AS ttft_p95_ms, round(ttft[3], 1) AS ttft_p99_ms,
+       round(tpot[2], 2) AS tpot_p95_ms, round(e2e[2], 1) AS e2e_p95_ms
+FROM {{db:Identifier}}.llm_requests_1m
+WHERE Minute >= toStartOfMinute({{start:DateTime64(9)}}) AND Minute < {{end:DateTime64(9)}}
+  AND ({{service:String}} = '' OR ServiceName = {{service:String}})
+  AND ({{pool:String}} = '' OR Pool = {{pool:String}})
+  AND ({{instance:String}} = '' OR Instance = {{instance:String}})
+GROUP BY minute, service, {by}
+ORDER BY minute, service, {by}""",
+                 {"db": db, "start": start, "end": end, "service": service or "", "pool": pool or "",
+                  "instance": instance or ""})
+
+
+def compare_pools(client, db: str, start: dt.datetime, end: dt.datetime, service: str = "",
+                  pools: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Canary vs stable (or any pools) side by side: TTFT percentiles, tokens/s and error rate.
+
+    Error rate counts errors, timeouts and rejections (cancellations are the client's choice);
+    tokens/s is output tokens over decode time (e2e minus TTFT) of requests that produced tokens.
+    """
+    return _rows(client, """
+SELECT ServiceName AS service, Pool AS pool, sum(Requests) AS requests,
+       quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS ttft, round(ttft[1], 1) AS ttft_p50_ms,
+       round(ttft[2], 1) AS ttft_p95_ms, round(ttft[3], 1) AS ttft_p99_ms,
+       round(if(sum(DecodeSeconds) > 0, sum(OutputTokens) / sum(DecodeSeconds), NULL), 1) AS tokens_per_s,
+       round((sum(Errors) + sum(Timeouts) + sum(Rejected)) / sum(Requests), 4) AS error_rate
+FROM {db:Identifier}.llm_requests_1m
+WHERE Minute >= toStartOfMinute({start:DateTime64(9)}) AND Minute < {end:DateTime64(9)}
+  AND ({service:String} = '' OR ServiceName = {service:String})
+  AND (empty({pools:Array(String)}) OR has({pools:Array(String)}, Pool))
+GROUP BY service, pool
+ORDER BY service, pool""", {"db": db, "start": start, "end": end, "service": service or "", "pools": list(pools)})
