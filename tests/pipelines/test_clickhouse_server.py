@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
+
 from infersight.pipelines.clickhouse_server import ClickHouseServer, ClickHouseServerError
 
 
