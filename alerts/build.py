@@ -1,0 +1,61 @@
+"""``infersight alerts build``: write rules/*.yml, alertmanager.yml and tests/*.yml into one folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from infersight.alerts.alertmanager import alertmanager_config
+from infersight.alerts.limits import limits_from_config
+from infersight.alerts.promtests import test_file
+from infersight.alerts.recording import recording_rules
+from infersight.alerts.rulefiles import alert_file, recording_file
+from infersight.alerts.rules import alerts_by_file
+from infersight.alerts.yamlout import dump
+from infersight.config import Config
+
+RECORDING_FILE = "recording.yml"
+
+
+@dataclass(frozen=True)
+class Built:
+    out: Path
+    rule_files: list[Path]
+    test_files: list[Path]
+    alertmanager: Path
+    alert_count: int
+    recording_count: int
+
+
+def render_all(config: Config) -> dict[str, str]:
+    """Every output file by relative path, as text (nothing written)."""
+    limits = limits_from_config(config)
+    by_file = alerts_by_file(limits)
+    recordings = recording_rules(limits)
+    files = {f"rules/{RECORDING_FILE}": dump(recording_file(recordings))}
+    for group, alerts in by_file.items():
+        files[f"rules/{group}.yml"] = dump(alert_file(limits, group, alerts))
+    rule_refs = [f"../{path}" for path in files]
+    for group, alerts in by_file.items():
+        files[f"tests/{group}_test.yml"] = dump(test_file(limits, alerts, rule_refs))
+    all_alerts = [a for alerts in by_file.values() for a in alerts]
+    files["alertmanager.yml"] = dump(alertmanager_config(config, all_alerts))
+    return files
+
+
+def build(config: Config, out: str | Path) -> Built:
+    out = Path(out)
+    files = render_all(config)  # render everything first: a config error writes nothing
+    for relative, text in files.items():
+        path = out / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    limits = limits_from_config(config)
+    return Built(
+        out=out,
+        rule_files=sorted(out / p for p in files if p.startswith("rules/")),
+        test_files=sorted(out / p for p in files if p.startswith("tests/")),
+        alertmanager=out / "alertmanager.yml",
+        alert_count=sum(len(a) for a in alerts_by_file(limits).values()),
+        recording_count=len(recording_rules(limits)),
+    )

@@ -1,0 +1,55 @@
+"""promtool unit-test files generated from the cases each alert carries.
+
+Every case is one test group evaluated at one moment; its expected alerts carry the complete label
+set and the annotations rendered here (see :mod:`infersight.alerts.templates`), so promtool checks
+both the firing logic and every word an on-call engineer will read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from infersight.alerts.limits import Limits
+from infersight.alerts.model import Alert, Case, Expected
+from infersight.alerts.rulefiles import annotations
+from infersight.alerts.templates import check_clear_of_rounding, render
+
+
+def expected_alert(limits: Limits, owner: Alert, expected: Expected) -> dict:
+    alert = expected.alert or owner
+    labels = {**expected.labels, **alert.static_labels(limits.cluster)}
+    check_clear_of_rounding(alert.description, expected.value)
+    notes = annotations(limits, alert)
+    notes["description"] = render(alert.description, labels, expected.value)
+    return {"exp_labels": labels, "exp_annotations": notes}
+
+
+def test_group(limits: Limits, alert: Alert, case: Case) -> dict:
+    verdict = "fires" if case.fires else "silent"
+    return {
+        "name": f"{alert.name} [{alert.severity}] {verdict}: {case.name}",
+        "interval": "1m",
+        "input_series": [{"series": s.selector, "values": s.values} for s in case.series],
+        "alert_rule_test": [{
+            "eval_time": f"{case.at_minutes}m",
+            "alertname": alert.name,
+            "exp_alerts": [expected_alert(limits, alert, e) for e in case.fires],
+        }],
+    }
+
+
+def _fires_itself(case: Case) -> bool:
+    """Whether the case's own alert fires (a sibling firing in its place does not count)."""
+    return any(e.alert is None for e in case.fires)
+
+
+def test_file(limits: Limits, alerts: Sequence[Alert], rule_files: Sequence[str]) -> dict:
+    missing = [f"{a.name} [{a.severity}]" for a in alerts
+               if not any(_fires_itself(c) for c in a.cases) or all(_fires_itself(c) for c in a.cases)]
+    if missing:
+        raise ValueError(f"every alert needs a firing and a silent case; incomplete: {', '.join(missing)}")
+    return {
+        "rule_files": list(rule_files),
+        "evaluation_interval": "1m",
+        "tests": [test_group(limits, alert, case) for alert in alerts for case in alert.cases],
+    }

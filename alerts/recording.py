@@ -1,0 +1,98 @@
+"""Recording rules, named ``level:metric:operations``; alerts and dashboards read these names.
+
+Each name is built from the catalog signal it aggregates, so renaming a metric renames its rules.
+"""
+
+from __future__ import annotations
+
+from infersight.alerts.limits import Limits
+from infersight.alerts.model import Recording
+from infersight.alerts.series import le
+from infersight.signals import Signal, engine, gateway, gpu, request
+
+QUANTILES = (0.5, 0.95, 0.99)
+INSTANCE_LEVEL = ("model", "instance", "pool")  # request labels minus the strategy
+SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+
+
+def name(level: str | tuple[str, ...], metric: str, operations: str) -> str:
+    if not isinstance(level, str):
+        level = "_".join(level)
+    return f"{level}:{metric}:{operations}"
+
+
+def quantile_name(signal: Signal, level: tuple[str, ...], q: float) -> str:
+    return name(level, signal.name, f"p{round(q * 100)}_rate5m")
+
+
+# Names the alert modules use.
+TTFT_P95_BY_MODEL = quantile_name(request.TTFT, ("model",), 0.95)
+TTFT_P95_BY_INSTANCE = quantile_name(request.TTFT, INSTANCE_LEVEL, 0.95)
+TTFT_P99_BY_INSTANCE = quantile_name(request.TTFT, INSTANCE_LEVEL, 0.99)
+GATEWAY_QUEUE_SUM = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "sum")
+GATEWAY_QUEUE_AVG30M = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "avg30m")
+INSTANCE_QUEUE_SUM = name(("model", "pool", "target"), engine.REQUESTS_WAITING.name, "sum")
+MODEL_QUEUE_SUM = name("model", engine.REQUESTS_WAITING.name, "sum")
+MODEL_QUEUE_AVG30M = name("model", engine.REQUESTS_WAITING.name, "avg30m")
+NODE_QUEUE_SUM = name("node", engine.REQUESTS_WAITING.name, "sum")
+IN_FLIGHT_SUM = name("model", request.IN_FLIGHT.name, "sum")
+SERVING_INSTANCES = name("model", "llm_instances_serving", "count")
+RETRIES_PER_REQUEST = name("", "llm_retries_per_request", "ratio_rate5m")
+EJECTED_SHARE = name("", "llm_instances_ejected_5m", "ratio")
+REJECTION_RATIO = name("model", request.REJECTIONS.name, "ratio_rate5m")
+PREFIX_HIT_RATIO = name("model", "llm_prefix_cache_hit", "ratio_rate5m")
+CACHED_INPUT_RATIO = name(INSTANCE_LEVEL, request.CACHED_INPUT_TOKENS.name, "ratio_rate5m")
+BANDWIDTH_AVG5M = name(("node", "gpu"), gpu.MEMORY_BANDWIDTH_UTILIZATION.name, "avg5m")
+SM_ACTIVITY_AVG5M = name(("node", "gpu"), gpu.SM_ACTIVITY.name, "avg5m")
+
+
+def slo_errors_name(window: str) -> str:
+    return name("model", f"{request.TTFT.name}_slo_errors", f"ratio_rate{window}")
+
+
+def _quantiles() -> list[Recording]:
+    rules = []
+    for signal in (request.TTFT, request.TPOT):
+        for level in (INSTANCE_LEVEL, ("model",)):
+            for q in QUANTILES:
+                rules.append(Recording(quantile_name(signal, level, q), signal.quantile(q, by=level)))
+    return rules
+
+
+def _slo_errors(limits: Limits) -> list[Recording]:
+    """Share of requests slower than the TTFT SLO, from the bucket at exactly the SLO bound."""
+    good = request.TTFT.bucket(le=le(limits.ttft_slo_seconds))
+    return [
+        Recording(slo_errors_name(w),
+                  f"1 - (sum by (model) (rate({good}[{w}])) / sum by (model) (rate({request.TTFT.count()}[{w}])))")
+        for w in SLO_WINDOWS
+    ]
+
+
+def recording_rules(limits: Limits) -> list[Recording]:
+    ratio = lambda num_signal, den_signal, by: (  # noqa: E731 - a ratio of two summed rates
+        f"sum by ({by}) ({num_signal.rate()}) / sum by ({by}) ({den_signal.rate()})")
+    state = gateway.INSTANCE_STATE
+    return [
+        *_quantiles(),
+        Recording(GATEWAY_QUEUE_SUM, f"sum by (model, pool) ({gateway.QUEUE_DEPTH.select()})"),
+        Recording(GATEWAY_QUEUE_AVG30M, f"avg_over_time({GATEWAY_QUEUE_SUM}[30m])"),
+        Recording(INSTANCE_QUEUE_SUM, f"sum by (model, pool, target) ({engine.REQUESTS_WAITING.select()})"),
+        Recording(MODEL_QUEUE_SUM, f"sum by (model) ({engine.REQUESTS_WAITING.select()})"),
+        Recording(MODEL_QUEUE_AVG30M, f"avg_over_time({MODEL_QUEUE_SUM}[30m])"),
+        Recording(NODE_QUEUE_SUM, f"sum by (node) ({engine.REQUESTS_WAITING.select()})"),
+        Recording(IN_FLIGHT_SUM, f"sum by (model) ({request.IN_FLIGHT.select()})"),
+        Recording(SERVING_INSTANCES, f"count by (model) ({state.select(state='!=ejected')} == 1)"),
+        Recording(RETRIES_PER_REQUEST, f"sum({request.RETRIES.rate()}) / sum({request.REQUESTS.rate()})"),
+        Recording(EJECTED_SHARE,
+                  f"count(increase({gateway.EJECTIONS.select()}[5m]) > 0) "
+                  f"/ count(group by (model, instance, pool) ({state.select()}))"),
+        Recording(REJECTION_RATIO, ratio(request.REJECTIONS, request.REQUESTS, "model")),
+        Recording(PREFIX_HIT_RATIO, ratio(engine.PREFIX_CACHE_HITS, engine.PREFIX_CACHE_QUERIES, "model")),
+        Recording(CACHED_INPUT_RATIO,
+                  ratio(request.CACHED_INPUT_TOKENS, request.INPUT_TOKENS, ", ".join(INSTANCE_LEVEL))),
+        Recording(BANDWIDTH_AVG5M,
+                  f"avg by (node, gpu) (avg_over_time({gpu.MEMORY_BANDWIDTH_UTILIZATION.select()}[5m]))"),
+        Recording(SM_ACTIVITY_AVG5M, f"avg by (node, gpu) (avg_over_time({gpu.SM_ACTIVITY.select()}[5m]))"),
+        *_slo_errors(limits),
+    ]

@@ -1,0 +1,128 @@
+"""Pipeline alerts: the stack's own health (spool, dropped or refused spans, exporters and engine targets)."""
+
+from __future__ import annotations
+
+from infersight.alerts.limits import Limits, num
+from infersight.alerts.model import Alert, Case, Expected, Series, Severity, SignalClass
+from infersight.alerts.rules.common import PCT, lab, pct, require, val
+from infersight.alerts.series import counter, gauge, ramp
+from infersight.signals import engine, pipeline, request
+
+SIGNAL = SignalClass.PIPELINE
+MIB = 1024 * 1024
+# Prometheus's own per-target scrape health series: not ours to declare in the catalog, the one
+# metric name typed here.
+SCRAPE_UP = "up"
+
+
+def spool_growing(limits: Limits) -> Alert:
+    return Alert(
+        name="InfersightSpoolGrowing",
+        expr=f"{pipeline.SPOOL_BYTES.select()} > 0 and deriv({pipeline.SPOOL_BYTES.select()}[15m]) > 0",
+        for_="15m",
+        severity=Severity.WARNING,
+        signal=SIGNAL,
+        summary="The receiver's on-disk spool keeps growing: ClickHouse is not taking writes.",
+        description=(f"The spool holds {val(0)} bytes and has grown for 15 minutes: spans are safe on disk but "
+                     "not queryable. Check that ClickHouse is up and accepting inserts; the spool replays by "
+                     "itself once it is."),
+        cases=[
+            Case("spool growing 1 MiB a minute", [ramp(pipeline.SPOOL_BYTES, {}, 0, MIB, 40)], 30,
+                 [Expected({}, 30 * MIB)]),
+            Case("spool holding steady", [gauge(pipeline.SPOOL_BYTES, {}, [(MIB, 40)])], 30),
+        ],
+    )
+
+
+def spans_dropped(limits: Limits) -> Alert:
+    labels = {"service": "gateway"}
+    return Alert(
+        name="InfersightSpansDropped",
+        expr=f"sum by (service) ({request.SPANS_DROPPED.rate()}) > 0",
+        for_="5m",
+        severity=Severity.WARNING,
+        signal=SIGNAL,
+        summary="The tracing SDK drops spans before export.",
+        description=(f"{lab('service')} drops {val(1)} spans/s before export (its queue is full): the OTLP "
+                     "receiver is slow or unreachable. Traces for those requests are lost; metrics are not."),
+        cases=[
+            Case("dropping a span a second", [counter(request.SPANS_DROPPED, labels, [(60, 20)])], 15,
+                 [Expected(labels, 1.0)]),
+            Case("dropped long ago, not now", [counter(request.SPANS_DROPPED, labels, [(60, 2), (0, 18)])], 15),
+        ],
+    )
+
+
+def spans_rejected(limits: Limits) -> Alert:
+    t = limits.spans_rejected_ratio
+    per_minute = 10_000
+    high, near = round(2 * t * per_minute), round(0.9 * t * per_minute)
+    require(high / per_minute > t > near / per_minute, "rejected shares must straddle the threshold")
+    labels = {"protocol": "grpc", "reason": "malformed"}
+
+    def traffic(rejected: int):
+        return [counter(pipeline.SPANS_RECEIVED, {"protocol": "grpc"}, [(per_minute, 20)]),
+                counter(pipeline.SPANS_REJECTED, labels, [(rejected, 20)])]
+
+    return Alert(
+        name="InfersightSpansRejected",
+        expr=(f"sum by (protocol, reason) ({pipeline.SPANS_REJECTED.rate()})\n"
+              f"/ on (protocol) group_left sum by (protocol) ({pipeline.SPANS_RECEIVED.rate()}) > {num(t)}"),
+        for_="5m",
+        severity=Severity.WARNING,
+        signal=SIGNAL,
+        summary="The OTLP receiver refuses a share of the spans it gets.",
+        description=(f"The {lab('protocol')} receiver refuses {PCT} of spans as {lab('reason')} (threshold "
+                     f"{pct(t)}). queue_full means overload (scale the receiver or ClickHouse); malformed or "
+                     "invalid_id means a broken client."),
+        cases=[
+            Case("refusing over the share", traffic(high), 15, [Expected(labels, high / per_minute)]),
+            Case("refusing just under the share", traffic(near), 15),
+        ],
+    )
+
+
+def exporter_down(limits: Limits) -> Alert:
+    def up(job: str, value: int, instance: str = "n1:9835") -> Series:
+        return Series(f'{SCRAPE_UP}{{job="{job}",instance="{instance}"}}', f"{value}x20")
+
+    jobs = limits.exporter_jobs
+    sample_job = "infersight-gpu"
+    return Alert(
+        name="InfersightExporterDown",
+        expr=f'{SCRAPE_UP}{{job=~"{jobs}"}} == 0',
+        for_="5m",
+        severity=Severity.WARNING,
+        signal=SIGNAL,
+        summary="Prometheus cannot scrape an infersight exporter.",
+        description=(f"Prometheus has failed to scrape {lab('instance')} (job {lab('job')}) for 5 minutes: "
+                     "the alerts fed by it are blind. Check the exporter process and its listener."),
+        cases=[
+            Case("our exporter down", [up(sample_job, 0), up("node", 1)], 15,
+                 [Expected({"job": sample_job, "instance": "n1:9835"}, 0)]),
+            Case("another job down, ours up", [up(sample_job, 1), up("node", 0)], 15),
+        ],
+    )
+
+
+def engine_target_down(limits: Limits) -> Alert:
+    labels = {"target": "http://e1:8000/metrics", "engine": "vllm"}
+    return Alert(
+        name="InfersightEngineTargetDown",
+        expr=f"{engine.UP.select()} == 0",
+        for_="5m",
+        severity=Severity.WARNING,
+        signal=SIGNAL,
+        summary="The engine collector cannot scrape an engine.",
+        description=(f"The engine collector has failed to scrape {lab('target')} ({lab('engine')}) for 5 minutes. "
+                     "The engine may be down, or its /metrics too slow or malformed."),
+        cases=[
+            Case("engine unreachable", [gauge(engine.UP, labels, [(0, 20)])], 15, [Expected(labels, 0)]),
+            Case("engine back after 3 minutes down", [gauge(engine.UP, labels, [(0, 3), (1, 17)])], 15),
+        ],
+    )
+
+
+def alerts(limits: Limits) -> list[Alert]:
+    return [spool_growing(limits), spans_dropped(limits), spans_rejected(limits), exporter_down(limits),
+            engine_target_down(limits)]

@@ -1,0 +1,110 @@
+"""Saturation alerts: memory bandwidth full while compute idles, KV cache full, prefix cache collapsing.
+
+In inference, bandwidth saturation, not compute, is what usually means "full": decode reads every
+weight once per step, so a bandwidth-bound GPU with idle SMs and a growing queue needs more GPUs,
+not bigger batches.
+"""
+
+from __future__ import annotations
+
+from infersight.alerts import recording as rec
+from infersight.alerts.limits import Limits, num
+from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
+from infersight.alerts.rules.common import MODEL, NODE, PCT, POOL, engine_labels, gpu_labels, lab, pct, require
+from infersight.alerts.series import counter, gauge, ramp
+from infersight.signals import engine, gpu
+
+ON_TARGET = "on (model, pool, target)"
+
+
+def bandwidth_saturated(limits: Limits) -> Alert:
+    t, low = limits.bandwidth_saturation, limits.compute_low
+    full, near = round((1 + t) / 2, 4), round(t - 0.01, 4)
+    require(full > t > near > 0, "bandwidth values must straddle the threshold")
+
+    def node(bandwidth: float):
+        return [gauge(gpu.MEMORY_BANDWIDTH_UTILIZATION, gpu_labels(source="gpm"), [(bandwidth, 30)]),
+                gauge(gpu.SM_ACTIVITY, gpu_labels(), [(round(low / 2, 4), 30)]),
+                ramp(engine.REQUESTS_WAITING, engine_labels(), 0, 2, 30)]
+
+    return Alert(
+        name="GPUMemoryBandwidthSaturated",
+        expr=(f"{rec.BANDWIDTH_AVG5M} > {num(t)}\n"
+              f"and on (node, gpu) {rec.SM_ACTIVITY_AVG5M} < {num(low)}\n"
+              f"and on (node) deriv({rec.NODE_QUEUE_SUM}[10m]) > 0"),
+        for_="10m",
+        severity=Severity.WARNING,
+        signal=SignalClass.GPU,
+        summary="A GPU is bandwidth-bound while its SMs idle and its queue grows: add GPUs.",
+        description=(f"GPU {lab('gpu')} on {lab('node')} uses {PCT} of its memory bandwidth (threshold "
+                     f"{pct(t)}) while its SMs are under {pct(low)} busy and the queue on the node grows. Decode is "
+                     "bandwidth-bound: bigger batches will not help, more GPUs (or a smaller KV/weight format) will."),
+        cases=[
+            Case("bandwidth full, compute low, queue growing", node(full), 25,
+                 [Expected({"node": NODE, "gpu": "0"}, full)]),
+            Case("bandwidth just under the threshold", node(near), 25),
+        ],
+    )
+
+
+def kv_cache_near_full(limits: Limits) -> Alert:
+    t = limits.kv_usage_near_full
+    full, near = round((1 + t) / 2, 4), round(t - 0.01, 4)
+    require(full > t > near > 0, "KV usage values must straddle the threshold")
+
+    def engine_state(usage: float, preemptions_per_minute: int):
+        return [gauge(engine.KV_CACHE_USAGE, engine_labels(), [(usage, 20)]),
+                counter(engine.PREEMPTIONS, engine_labels(), [(preemptions_per_minute, 20)])]
+
+    return Alert(
+        name="LLMKVCacheNearFull",
+        expr=(f"max by (model, pool, target) ({engine.KV_CACHE_USAGE.select()}) > {num(t)}\n"
+              f"and {ON_TARGET} sum by (model, pool, target) ({engine.PREEMPTIONS.rate()}) > 0"),
+        for_="5m",
+        severity=Severity.WARNING,
+        signal=SignalClass.CACHE,
+        summary="KV cache is nearly full and the engine is preempting requests.",
+        description=(f"KV cache of {lab('target')} ({lab('model')}, pool {lab('pool')}) is {PCT} full "
+                     f"(threshold {pct(t)}) and the engine is preempting requests, which recomputes their "
+                     "prefill. Lower max concurrency or context, or add instances."),
+        cases=[
+            Case("nearly full and preempting", engine_state(full, 3), 15,
+                 [Expected({"model": MODEL, "pool": POOL, "target": "e1:8000"}, full)]),
+            Case("just under the threshold while preempting", engine_state(near, 3), 15),
+            Case("nearly full without preemptions", engine_state(full, 0), 15),
+        ],
+    )
+
+
+def prefix_hit_collapse(limits: Limits) -> Alert:
+    share = limits.prefix_hit_collapse
+    queries, baseline_hits = 1000, 800
+    collapsed = round(baseline_hits * share * 0.2)
+    near = round(baseline_hits * min(share + 0.05, 0.99))
+    require(collapsed / queries < share * baseline_hits / queries < near / queries,
+            "hit ratios must straddle the collapse share")
+
+    def cache(after_hits: int):
+        return [counter(engine.PREFIX_CACHE_QUERIES, engine_labels(), [(queries, 140)]),
+                counter(engine.PREFIX_CACHE_HITS, engine_labels(), [(baseline_hits, 100), (after_hits, 40)])]
+
+    ratio = rec.PREFIX_HIT_RATIO
+    return Alert(
+        name="LLMPrefixCacheHitCollapse",
+        expr=f"{ratio} < {num(share)} * avg_over_time({ratio}[1d])",
+        for_="10m",
+        severity=Severity.WARNING,
+        signal=SignalClass.CACHE,
+        summary="The prefix-cache hit rate collapsed against its own 1-day baseline.",
+        description=(f"Prefix-cache hit rate of {lab('model')} fell to {PCT}, under {pct(share)} of its 1-day "
+                     "average. Prompts now pay full prefill: look for a routing change (cache-aware routing "
+                     "off), a prompt template change, or evictions from KV pressure."),
+        cases=[
+            Case("hit rate collapses", cache(collapsed), 130, [Expected({"model": MODEL}, collapsed / queries)]),
+            Case("hit rate drops to just above the share", cache(near), 130),
+        ],
+    )
+
+
+def alerts(limits: Limits) -> list[Alert]:
+    return [bandwidth_saturated(limits), kv_cache_near_full(limits), prefix_hit_collapse(limits)]
