@@ -23,7 +23,7 @@ from .normalize import Normalized, NormalizeError, normalize
 from .scrape import ScrapeError, fetch
 from .targets import FileSD, Target, check_unique
 
-MAX_WORKERS = 64
+MAX_WORKERS = 128  # bounds a cycle to ~timeout x ceil(targets / 128) when every target hangs
 
 
 @dataclass

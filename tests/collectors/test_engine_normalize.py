@@ -239,3 +239,12 @@ def test_configured_engine_that_is_absent_is_unrecognized():
 def test_garbage_in_an_unmapped_family_does_not_matter():
     text = fixture("vllm_metrics_sample.txt") + "\nsome_other_exporter{broken 1 2 3\n"
     assert only(normalize(text, LABELS), sig.REQUESTS_RUNNING) == 3
+
+
+def test_readme_mapping_table_matches_the_rules():
+    from pathlib import Path
+
+    from infersight.collectors.engine.mapping_doc import mapping_table
+
+    readme = Path(__file__).resolve().parents[2] / "collectors" / "engine" / "README.md"
+    assert mapping_table() in readme.read_text(), "regenerate: python -m infersight.collectors.engine.mapping_doc"
