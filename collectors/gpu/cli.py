@@ -84,9 +84,12 @@ def run(args, config) -> int:
 
     node = args.node or config.gpus.node or socket.gethostname()
     interval = args.interval if args.interval is not None else config.gpus.sample_interval_seconds
+    endpoint = args.otlp_endpoint or config.gpus.otlp_endpoint
     try:
         if interval <= 0:
             raise UsageError(f"--interval {interval}: must be positive")
+        if endpoint and not endpoint.startswith(("http://", "https://")):
+            raise UsageError(f"--otlp-endpoint {endpoint!r}: expected a URL like http://127.0.0.1:4318")
         backend = _build_backend(args, config, node)
     except UsageError as exc:
         print(f"infersight collect gpu: {exc}", file=sys.stderr)
@@ -119,8 +122,12 @@ def _serve(exporter, args, config) -> int:
     import signal
     import threading
 
+    from infersight.collectors.exporter import parse_listen
+
     listen = args.listen or config.listeners.gpu_exporter
     try:
+        if not 0 <= parse_listen(listen)[1] <= 65535:
+            raise ValueError("the port must be between 0 and 65535")
         port = exporter.start(listen)
     except (ValueError, OSError) as exc:
         exporter.backend.close()
@@ -130,11 +137,6 @@ def _serve(exporter, args, config) -> int:
         return 2
     endpoint = args.otlp_endpoint or config.gpus.otlp_endpoint
     if endpoint:
-        if not endpoint.startswith(("http://", "https://")):
-            exporter.stop()
-            print(f"infersight collect gpu: --otlp-endpoint {endpoint!r}: expected a URL like http://127.0.0.1:4318",
-                  file=sys.stderr)
-            return 2
         exporter.push_otlp(endpoint, args.otlp_protocol or config.gpus.otlp_protocol, config.gpus.otlp_interval_seconds)
     host = listen.rpartition(":")[0]
     print(f"serving {len(exporter.sampler.devices)} GPUs ({exporter.backend.name}) on http://{host}:{port}/metrics",

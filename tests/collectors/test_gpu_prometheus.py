@@ -1,0 +1,74 @@
+"""A real Prometheus (Debian package) scrapes the simulated GPU exporter; catalog PromQL runs on it."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from infersight.collectors.exporter import serve
+from infersight.collectors.gpu.app import GPUExporter
+from infersight.collectors.gpu.promql import energy_per_token
+from infersight.collectors.gpu.sim import SimBackend
+from infersight.signals import engine, gpu
+
+TOKENS_PER_TICK = 100
+TICK_SECONDS = 0.05  # 2000 generated tokens/s
+
+
+class EngineTokensStandIn:
+    """STAND-IN for the engine collector's output (no inference engine here): only the generated-token
+    counter, registered from the catalog and labelled as the engine collector labels it (node, gpu)."""
+
+    def __init__(self, node: str, gpu_index: str):
+        self.registry = CollectorRegistry()
+        counter = engine.GENERATION_TOKENS.register(self.registry)
+        self.tokens = counter.labels(target="127.0.0.1:8000", engine="vllm", model="gemma-27b", pool="stable",
+                                     node=node, gpu=gpu_index, dp_rank="0")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._generate, daemon=True)
+
+    def _generate(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            self.tokens.inc(TOKENS_PER_TICK)
+
+    def start(self) -> int:
+        self.server, _ = serve(self.registry, "127.0.0.1:0")
+        self._thread.start()
+        return self.server.server_port
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.real
+def test_prometheus_scrapes_bandwidth_and_joins_energy_per_token(prometheus_server):
+    sim = SimBackend(2, "H100-SXM", node="n1")
+    sim.set_load(0, compute=0.3, bandwidth=0.85)
+    exporter = GPUExporter(sim, "n1", interval_seconds=0.25)
+    tokens = EngineTokensStandIn(node="n1", gpu_index="0")
+    try:
+        gpu_port = exporter.start("127.0.0.1:0")
+        engine_port = tokens.start()
+        prom = prometheus_server([f"127.0.0.1:{gpu_port}", f"127.0.0.1:{engine_port}"])
+
+        bandwidth = prom.wait_for(gpu.MEMORY_BANDWIDTH_UTILIZATION.select(source="gpm", gpu="0"))
+        assert float(bandwidth[0]["value"][1]) == pytest.approx(0.85)
+        assert bandwidth[0]["metric"]["gpu_model"] == "H100-SXM"
+        assert len(prom.query(gpu.UP.select(node="n1"))) == 2
+
+        per_gpu = prom.wait_for(energy_per_token(window="5s"), timeout=30)
+        assert [(r["metric"]["node"], r["metric"]["gpu"]) for r in per_gpu] == [("n1", "0")]  # GPU 1 runs no engine
+        power = sim.gpu(0).read().power_watts
+        expected = power / (TOKENS_PER_TICK / TICK_SECONDS)
+        assert float(per_gpu[0]["value"][1]) == pytest.approx(expected, rel=0.3)
+
+        per_node = prom.query(energy_per_token(window="5s", by=("node",)))
+        both_gpus = power + sim.gpu(1).read().power_watts
+        assert float(per_node[0]["value"][1]) == pytest.approx(both_gpus / (TOKENS_PER_TICK / TICK_SECONDS), rel=0.3)
+    finally:
+        tokens.stop()
+        exporter.stop()
