@@ -1,8 +1,90 @@
-"""``infersight alerts``."""
+"""``infersight alerts``: build Prometheus rules, Alertmanager config and their promtool tests."""
 
-from infersight.commands.unbuilt import unbuilt
+from __future__ import annotations
+
+import sys
 
 
 def register(subparsers) -> None:
-    subparsers.add_parser("alerts", help="build Prometheus rules, Alertmanager config and their tests") \
-        .set_defaults(func=unbuilt("alerts"))
+    alerts = subparsers.add_parser(
+        "alerts", help="build Prometheus rules, Alertmanager config and their tests",
+        description="Alert rules generated from the signal catalog, with thresholds from the config and the "
+                    "capacity model.")
+    sub = alerts.add_subparsers(dest="alerts_command", metavar="ACTION", title="actions")
+    sub.required = True
+
+    build = sub.add_parser(
+        "build", help="write rules/*.yml, alertmanager.yml and tests/*_test.yml",
+        description="Write the recording and alerting rules (rules/), the Alertmanager configuration "
+                    "(alertmanager.yml) and the promtool unit tests (tests/) into DIR. Secrets are referenced "
+                    "by file (alertmanager.pagerduty_routing_key_file, slack_api_url_file), never written.")
+    build.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
+    build.add_argument("--check", action="store_true",
+                       help="then run promtool check rules, promtool test rules and amtool check-config")
+    build.set_defaults(func=run_build)
+
+    listing = sub.add_parser("list", help="list the alerts with severity, signal and summary",
+                             description="The alerts the current config produces.")
+    listing.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                         help="output format (default: table); json and csv are for scripts")
+    listing.set_defaults(func=run_list)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"infersight alerts: {message}", file=sys.stderr)
+    return code
+
+
+def run_build(args, config) -> int:
+    from infersight.alerts.build import build
+    from infersight.alerts.limits import AlertsConfigError
+
+    try:
+        built = build(config, args.out)
+    except AlertsConfigError as exc:
+        return _fail(str(exc), 2)
+    except OSError as exc:
+        return _fail(f"cannot write to {args.out}: {exc.strerror or exc}", 1)
+    print(f"wrote {len(built.rule_files)} rule files ({built.alert_count} alerts, {built.recording_count} "
+          f"recording rules), {len(built.test_files)} promtool test files and alertmanager.yml to {built.out}")
+    am = config.alertmanager
+    if not am.pagerduty_routing_key_file:
+        print("note: alertmanager.pagerduty_routing_key_file is not set; critical alerts go to the ticket webhook",
+              file=sys.stderr)
+    if not am.slack_api_url_file:
+        print("note: alertmanager.slack_api_url_file is not set; warnings go to the ticket webhook", file=sys.stderr)
+    return _check(built) if args.check else 0
+
+
+def _check(built) -> int:
+    from infersight.alerts import tools
+
+    steps = [("promtool check rules", lambda: tools.check_rules(built.rule_files)),
+             ("promtool test rules", lambda: tools.test_rules(built.test_files)),
+             ("amtool check-config", lambda: tools.check_alertmanager(built.alertmanager))]
+    for name, step in steps:
+        try:
+            result = step()
+        except tools.ToolMissing as exc:
+            return _fail(str(exc), 1)
+        if not result.ok:
+            return _fail(f"{name} failed:\n{result.output}", 1)
+        print(f"{name}: ok")
+    return 0
+
+
+def run_list(args, config) -> int:
+    from infersight.alerts.limits import AlertsConfigError, limits_from_config
+    from infersight.alerts.rulefiles import runbook_url
+    from infersight.alerts.rules import all_alerts
+    from infersight.commands.output import render
+
+    try:
+        limits = limits_from_config(config)
+    except AlertsConfigError as exc:
+        return _fail(str(exc), 2)
+    rows = [{"alert": a.name, "severity": a.severity.value, "signal": a.signal.value, "for": a.for_,
+             "summary": a.summary, "runbook": runbook_url(limits, a)} for a in all_alerts(limits)]
+    columns = ["alert", "severity", "signal", "for", "summary"] if args.format == "table" else None
+    print(render(rows, args.format, columns))
+    return 0

@@ -56,7 +56,7 @@ def ttft_near_slo_rising(limits: Limits) -> Alert:
         for_="10m",
         severity=Severity.WARNING,
         signal=SIGNAL,
-        summary="p95 TTFT is above 70% of its target and still rising: scale out.",
+        summary="p95 TTFT is close to its target and still rising: scale out.",
         description=(f"p95 TTFT of {lab('model')} is {val(3)}s, above {num(limits.rising_share * 100)}% of the "
                      f"{num(limits.ttft_p95_target_seconds)}s target ({num(bar)}s), and rose over the last 15 "
                      "minutes."),

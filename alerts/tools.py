@@ -1,0 +1,61 @@
+"""Run the real checkers: promtool (rules and their unit tests) and amtool (Alertmanager config, routes).
+
+promtool takes every file in one invocation, so checking the whole set costs one process start.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+TIMEOUT_S = 120
+
+
+class ToolMissing(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    ok: bool
+    output: str
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise ToolMissing(f"{name} not found on PATH (Debian: apt-get install --no-install-recommends "
+                          "prometheus prometheus-alertmanager)")
+    return path
+
+
+def _run(args: Sequence[str], cwd: Path | None = None) -> ToolResult:
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    return ToolResult(done.returncode == 0, (done.stdout + done.stderr).strip())
+
+
+def check_rules(rule_files: Sequence[Path]) -> ToolResult:
+    return _run([_binary("promtool"), "check", "rules", *map(str, rule_files)])
+
+
+def test_rules(test_files: Sequence[Path]) -> ToolResult:
+    # Test files name their rule files relative to themselves; run from their folder.
+    folder = Path(test_files[0]).parent
+    return _run([_binary("promtool"), "test", "rules", *(Path(f).name for f in test_files)], cwd=folder)
+
+
+def check_alertmanager(config_file: Path) -> ToolResult:
+    return _run([_binary("amtool"), "check-config", str(config_file)])
+
+
+def route_receivers(config_file: Path, labels: Mapping[str, str]) -> list[str]:
+    """The receivers Alertmanager's own routing picks for an alert with these labels."""
+    result = _run([_binary("amtool"), "config", "routes", "test", f"--config.file={config_file}",
+                   *(f"{k}={v}" for k, v in labels.items())])
+    if not result.ok:
+        raise RuntimeError(f"amtool config routes test failed: {result.output}")
+    lines = [line for line in result.output.splitlines() if line and not line.startswith("Warning:")]
+    return lines[-1].split(",") if lines else []
