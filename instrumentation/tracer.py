@@ -295,7 +295,7 @@ class RequestContext:
 
     # -- token stream (hot path) --------------------------------------------------------------------
     def token(self) -> None:
-        """One output token (or one streamed chunk) arrived now. About 100 ns: one array append."""
+        """One output token (or one streamed chunk) arrived now. About 100 ns: one list append."""
         self._times.append(_now())
 
     def tokens(self, count: int) -> None:
@@ -372,6 +372,7 @@ class RequestContext:
         metrics, times = self._tracer.metrics, self._times
         bundle = metrics.bundle(self.model, self.instance, self.pool, self.strategy)
         count = len(times)
+        gaps = None
 
         first_ns = self._first_token_ns
         if count and (first_ns is None or times[0] < first_ns):
@@ -397,7 +398,8 @@ class RequestContext:
             if tpot_s is not None:
                 bundle.tpot.observe(tpot_s)
             if count >= 2:
-                metrics.observe_gaps(bundle.labels, timeline.gaps_seconds(times))
+                gaps = timeline.gaps_ns(times)
+                metrics.observe_gaps_ns(bundle.labels, gaps)
         if self._queue_s is not None:
             bundle.queue_time.observe(self._queue_s)
         if timeout_kind is not None:
@@ -419,7 +421,7 @@ class RequestContext:
 
         if self._recording:
             self._record_span(outcome, finish_reason, error_type, message, timeout_kind, input_tokens, produced,
-                              cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets)
+                              cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets, gaps)
         self._end_upstream(end_ns, error_type if outcome in ("error", "timeout") else None)
         self._span.end(end_time=self._wall(end_ns))
         self._summary = RequestSummary(outcome, finish_reason, ttft_s, e2e_s, self._queue_s, count, self.attempt + 1,
@@ -427,8 +429,8 @@ class RequestContext:
         return self._summary
 
     def _record_span(self, outcome, finish_reason, error_type, message, timeout_kind, input_tokens, output_tokens,
-                     cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets) -> None:
-        summary = timeline.summarize(self._times, self._start_ns)
+                     cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets, gaps) -> None:
+        summary = timeline.summarize(self._times, self._start_ns, gaps)
         values: dict[str, Any] = {
             attr.REQUEST_OUTCOME: outcome,
             attr.SAMPLING_REASON: reason,
