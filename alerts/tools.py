@@ -42,9 +42,8 @@ def check_rules(rule_files: Sequence[Path]) -> ToolResult:
 
 
 def test_rules(test_files: Sequence[Path]) -> ToolResult:
-    # Test files name their rule files relative to themselves; run from their folder.
-    folder = Path(test_files[0]).parent
-    return _run([_binary("promtool"), "test", "rules", *(Path(f).name for f in test_files)], cwd=folder)
+    # promtool resolves each test file's rule_files relative to that file, so one run covers many folders.
+    return _run([_binary("promtool"), "test", "rules", *(str(Path(f).resolve()) for f in test_files)])
 
 
 def check_alertmanager(config_file: Path) -> ToolResult:
