@@ -1,8 +1,317 @@
-"""``infersight traces`` and ``infersight incident``."""
+"""``infersight traces slowest | show | stalls | neighbors | retries | percentiles | compare`` and
+``infersight incident report``: the post-incident questions from the terminal."""
 
-from infersight.commands.unbuilt import unbuilt
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+
+from infersight.commands.output import add_format_flag, render
+
+TRACE_ID_RE = re.compile(r"^[0-9a-fA-F]{32}$")
+
+
+class UserError(Exception):
+    """Wrong input or an unreachable store: printed as one message, exit code 1."""
 
 
 def register(subparsers) -> None:
-    subparsers.add_parser("traces", help="post-incident trace queries").set_defaults(func=unbuilt("traces"))
-    subparsers.add_parser("incident", help="incident report (HTML + Markdown)").set_defaults(func=unbuilt("incident"))
+    traces = subparsers.add_parser(
+        "traces", help="post-incident trace queries",
+        description="Ask the trace store the post-incident questions. Windows: --since 30m, or --from/--to "
+                    "in ISO 8601 (UTC unless an offset is given).")
+    actions = traces.add_subparsers(dest="traces_command", metavar="QUESTION", title="questions")
+    actions.required = True
+
+    slowest = _command(actions, "slowest", "the slowest requests in a window, by TTFT or e2e", run_slowest)
+    slowest.add_argument("--by", choices=("ttft", "e2e", "gap"), default="ttft",
+                         help="sort key: ttft, e2e or the longest inter-token gap (default: ttft)")
+    slowest.add_argument("--limit", type=_positive_int, default=20, help="rows to show (default: 20)")
+    for name in ("model", "instance", "pool", "strategy"):
+        slowest.add_argument(f"--{name}", help=f"only requests with this {name}")
+    slowest.add_argument("--status", help="only this outcome: success, error, cancelled, timeout, rejected")
+    _service_flag(slowest)
+
+    show = _command(actions, "show", "one trace: its span tree and token timeline", run_show, window=False)
+    show.add_argument("trace_id", help="32 hex characters")
+    show.add_argument("--tokens", action="store_true", help="list every kept token, not only the stalls")
+
+    stalls = _command(actions, "stalls", "longest inter-token gaps of a trace, or stalled requests in a window",
+                      run_stalls)
+    stalls.add_argument("trace_id", nargs="?", help="a trace: its longest gaps (otherwise: the window)")
+    stalls.add_argument("--min-gap-ms", type=_non_negative_float, default=500.0,
+                        help="window mode: requests whose longest gap exceeded this (default: 500)")
+    stalls.add_argument("--top", type=_positive_int, default=5, help="trace mode: gaps to show (default: 5)")
+    stalls.add_argument("--instance", help="window mode: only this instance")
+    _service_flag(stalls)
+
+    neighbors = _command(actions, "neighbors", "what else ran on an instance at a given second", run_neighbors,
+                         window=False)
+    neighbors.add_argument("--instance", required=True, help="the instance (llm.instance), e.g. 10.0.0.7:8000")
+    neighbors.add_argument("--at", required=True, help="the instant, ISO 8601, e.g. 2026-03-01T14:05:07.250Z")
+    neighbors.add_argument("--lookback", default="15m",
+                           help="longest request to consider, as a duration (default: 15m)")
+    _service_flag(neighbors)
+
+    retries = _command(actions, "retries", "retry chains: attempts across instances with their backoff", run_retries)
+    retries.add_argument("--min-attempts", type=_positive_int, default=2, help="default: 2")
+    retries.add_argument("--limit", type=_positive_int, default=100, help="chains to show (default: 100)")
+
+    percentiles = _command(actions, "percentiles", "TTFT/TPOT/e2e percentiles per minute (from the rollup)",
+                           run_percentiles)
+    percentiles.add_argument("--by", choices=("instance", "pool", "model", "strategy"), default="instance")
+    percentiles.add_argument("--pool", help="only this pool")
+    percentiles.add_argument("--instance", help="only this instance")
+    _service_flag(percentiles)
+
+    compare = _command(actions, "compare", "canary vs stable: TTFT percentiles, tokens/s, error rate", run_compare)
+    compare.add_argument("--pools", help="comma-separated pools to compare (default: all)")
+    _service_flag(compare)
+
+    incident = subparsers.add_parser("incident", help="incident report (HTML + Markdown with plots)",
+                                     description="Write a post-incident report for a window.")
+    incident_actions = incident.add_subparsers(dest="incident_command", metavar="ACTION", title="actions")
+    incident_actions.required = True
+    report = incident_actions.add_parser(
+        "report", help="write report.html, report.md and PNG plots for a window",
+        description="Write report.html and report.md with PNG plots: TTFT p95 per instance, the worst token "
+                    "timelines with their stalls, the neighbours at each stall, retries, and queue depth and "
+                    "GPU bandwidth from Prometheus when one is configured.")
+    _window_flags(report, default="1h")
+    report.add_argument("--out", required=True, help="folder to write the report into (created if missing)")
+    report.add_argument("--dsn", help="ClickHouse DSN (default: clickhouse.dsn from the config)")
+    report.add_argument("--min-gap-ms", type=_non_negative_float, default=500.0,
+                        help="inter-token gap that counts as a stall (default: 500)")
+    report.add_argument("--worst", type=_positive_int, default=5, help="token timelines to plot (default: 5)")
+    report.add_argument("--service", help="request spans of this service only (default: all, one per trace)")
+    report.add_argument("--prometheus", help="Prometheus URL (default: prometheus.url; 'none' to skip)")
+    report.set_defaults(func=_guarded(run_report))
+
+
+def _command(actions, name: str, help_text: str, handler: Callable, window: bool = True):
+    parser = actions.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+    if window:
+        _window_flags(parser)
+    parser.add_argument("--dsn", help="ClickHouse DSN (default: clickhouse.dsn from the config)")
+    add_format_flag(parser)
+    parser.set_defaults(func=_guarded(handler))
+    return parser
+
+
+def _window_flags(parser, default: str = "1h") -> None:
+    parser.add_argument("--since", help=f"window ending now, e.g. 30m, 2h (default: {default})")
+    parser.add_argument("--from", dest="start", metavar="TIME", help="window start, ISO 8601 (e.g. 2026-03-01T14:00Z)")
+    parser.add_argument("--to", dest="end", metavar="TIME", help="window end, ISO 8601 (default: now)")
+
+
+def _service_flag(parser) -> None:
+    parser.add_argument("--service", help="only request spans of this service (default: all, one per trace)")
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def _guarded(handler: Callable) -> Callable:
+    """Turn expected failures into one line on stderr and exit code 1."""
+
+    def run(args, config) -> int:
+        from clickhouse_connect.driver.exceptions import ClickHouseError
+
+        from infersight.pipelines.queries.window import WindowError
+        from infersight.pipelines.schema.connection import ConnectionFailed
+
+        try:
+            return handler(args, config)
+        except (UserError, WindowError, ConnectionFailed) as exc:
+            print(f"infersight: {exc}", file=sys.stderr)
+        except ClickHouseError as exc:
+            text = str(exc)
+            hint = ("; run `infersight db migrate` first" if "UNKNOWN_TABLE" in text or "UNKNOWN_DATABASE" in text
+                    else "")
+            first = next((line for line in text.splitlines() if "Code:" in line), text.splitlines()[0])
+            print(f"infersight: ClickHouse query failed: {first.strip()[:400]}{hint}", file=sys.stderr)
+        return 1
+
+    return run
+
+
+def _store(args, config):
+    """(client, database) from --dsn or the config."""
+    from infersight.pipelines.schema.connection import connect, database_of
+
+    dsn = getattr(args, "dsn", None) or config.clickhouse.dsn
+    return connect(dsn), database_of(dsn)
+
+
+def _window(args, default: str = "1h"):
+    from infersight.pipelines.queries.window import resolve
+
+    return resolve(args.since, args.start, args.end, default_since=default)
+
+
+def _print(rows, args, columns: list[str]) -> None:
+    print(render(rows, args.format, None if args.format == "json" else columns))
+
+
+def _drop_arrays(rows, args, keys: tuple[str, ...]) -> None:
+    """The raw quantile arrays are for scripts (json); tables and csv show the named columns."""
+    if args.format != "json":
+        for row in rows:
+            for key in keys:
+                row.pop(key, None)
+
+
+def run_slowest(args, config) -> int:
+    from infersight.pipelines.queries import library
+
+    client, db = _store(args, config)
+    window = _window(args)
+    rows = library.slowest(client, db, window.start, window.end, by=args.by, limit=args.limit, model=args.model,
+                           instance=args.instance, pool=args.pool, strategy=args.strategy, status=args.status,
+                           service=args.service)
+    _print(rows, args, ["trace_id", "started", "service", "instance", "pool", "outcome", "ttft_ms", "e2e_ms",
+                        "max_gap_ms", "input_tokens", "output_tokens"])
+    return 0
+
+
+def _trace_id(text: str) -> str:
+    if not TRACE_ID_RE.match(text):
+        raise UserError(f"{text!r} is not a trace id; trace ids are 32 hex characters "
+                        "(see `infersight traces slowest`)")
+    return text.lower()
+
+
+def run_show(args, config) -> int:
+    from infersight.pipelines.queries import library
+
+    client, db = _store(args, config)
+    trace_id = _trace_id(args.trace_id)
+    try:
+        spans = library.trace_spans(client, db, trace_id)
+    except library.TraceNotFound:
+        raise UserError(f"no trace {trace_id} in database {db!r} (older than the retention, or never stored)") from None
+    tokens = library.token_timeline(client, db, trace_id)
+    stalls = library.trace_stalls(client, db, trace_id, top=3)
+    if args.format == "json":
+        import json
+
+        print(json.dumps({"spans": spans, "tokens": tokens, "stalls": stalls}, indent=2, default=str))
+        return 0
+    for span in spans:
+        span["span"] = "  " * span["depth"] + span["name"]
+        if span["candidates"]:
+            span["routing"] = f"{span['strategy']} cache={span['prefix_cache_ratio'] or '-'} {span['candidates']}"
+    print(render(spans, args.format, ["span", "service", "start_ms", "duration_ms", "status", "instance", "attempt",
+                                      "outcome", "ttft_ms", "input_tokens", "cached_input_tokens", "output_tokens",
+                                      "routing"]))
+    if args.format == "csv":
+        return 0
+    print()
+    if not tokens:
+        print("token timeline: not kept for this request (tail sampling keeps slow, failed and a random share)")
+        return 0
+    print(f"token timeline: {len(tokens)} tokens, first at {tokens[0]['offset_ms']} ms; longest gaps:")
+    print(render(stalls, "table", ["token_index", "gap_ms", "gap_started", "gap_offset_ms", "instance"]))
+    if args.tokens:
+        print()
+        print(render(tokens, "table", ["token_index", "offset_ms", "gap_ms", "at", "service"]))
+    return 0
+
+
+def run_stalls(args, config) -> int:
+    from infersight.pipelines.queries import library
+
+    client, db = _store(args, config)
+    if args.trace_id:
+        trace_id = _trace_id(args.trace_id)
+        rows = library.trace_stalls(client, db, trace_id, top=args.top)
+        if not rows and not library.token_timeline(client, db, trace_id):
+            raise UserError(f"no token timeline for trace {trace_id} in database {db!r} "
+                            "(unknown trace, or its timeline was not kept by tail sampling)")
+        _print(rows, args, ["token_index", "gap_ms", "gap_started", "gap_offset_ms", "instance"])
+        return 0
+    window = _window(args)
+    rows = library.window_stalls(client, db, window.start, window.end, min_gap_ms=args.min_gap_ms,
+                                 instance=args.instance, service=args.service)
+    _print(rows, args, ["minute", "instance", "requests", "max_gap_ms", "mean_gap_ms", "first_stall_at",
+                        "example_traces"])
+    return 0
+
+
+def run_neighbors(args, config) -> int:
+    from infersight.pipelines.queries import library
+    from infersight.pipelines.queries.window import parse_duration, parse_time
+
+    at, lookback = parse_time(args.at), parse_duration(args.lookback)
+    client, db = _store(args, config)
+    rows = library.neighbors(client, db, args.instance, at, lookback=lookback, service=args.service)
+    _print(rows, args, ["trace_id", "phase", "running_for_ms", "prompt_tokens", "cached_tokens", "prefix_cached",
+                        "output_tokens", "ttft_ms", "e2e_ms", "outcome"])
+    return 0
+
+
+def run_retries(args, config) -> int:
+    from infersight.pipelines.queries import library
+
+    client, db = _store(args, config)
+    window = _window(args)
+    rows = library.retries(client, db, window.start, window.end, min_attempts=args.min_attempts, limit=args.limit)
+    _print(rows, args, ["trace_id", "attempt", "instance", "started", "duration_ms", "status", "outcome",
+                        "backoff_ms", "gap_ms"])
+    return 0
+
+
+def run_percentiles(args, config) -> int:
+    from infersight.pipelines.queries import library
+
+    client, db = _store(args, config)
+    window = _window(args)
+    rows = library.percentiles(client, db, window.start, window.end, by=args.by, service=args.service,
+                               pool=args.pool, instance=args.instance)
+    _drop_arrays(rows, args, ("ttft", "tpot", "e2e"))
+    _print(rows, args, ["minute", "service", args.by, "requests", "errors", "ttft_p50_ms", "ttft_p95_ms",
+                        "ttft_p99_ms", "tpot_p95_ms", "e2e_p95_ms"])
+    return 0
+
+
+def run_compare(args, config) -> int:
+    from infersight.pipelines.queries import library
+
+    client, db = _store(args, config)
+    window = _window(args)
+    pools = tuple(p.strip() for p in args.pools.split(",") if p.strip()) if args.pools else ()
+    rows = library.compare_pools(client, db, window.start, window.end, service=args.service, pools=pools)
+    _drop_arrays(rows, args, ("ttft",))
+    _print(rows, args, ["service", "pool", "requests", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tokens_per_s",
+                        "error_rate"])
+    return 0
+
+
+def run_report(args, config) -> int:
+    from infersight.pipelines.queries import report
+
+    client, db = _store(args, config)
+    window = _window(args)
+    prometheus = args.prometheus if args.prometheus is not None else config.prometheus.url
+    if prometheus and prometheus.lower() == "none":
+        prometheus = None
+    written = report.write_report(client, db, window, args.out, min_gap_ms=args.min_gap_ms, worst=args.worst,
+                                  service=args.service or "", prometheus_url=prometheus)
+    for path in written:
+        print(path)
+    return 0

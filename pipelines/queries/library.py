@@ -17,7 +17,7 @@ from typing import Any
 
 from infersight import attributes as attr
 
-SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration"}
+SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration", "gap": "TokenGapMaxMs"}
 GROUP_COLUMNS = {"instance": "Instance", "pool": "Pool", "model": "Model", "strategy": "Strategy"}
 
 # Optional filters: an empty parameter matches everything, so the SQL never changes shape.
@@ -168,9 +168,10 @@ def neighbors(client, db: str, instance: str, at: dt.datetime, lookback: dt.time
 SELECT TraceId AS trace_id, ServiceName AS service, phase, round(elapsed_ms, 1) AS running_for_ms,
        InputTokens AS prompt_tokens, CachedInputTokens AS cached_tokens, CachedInputTokens > 0 AS prefix_cached,
        OutputTokens AS output_tokens, round(TtftMs, 1) AS ttft_ms, round(Duration / 1e6, 1) AS e2e_ms,
-       Outcome AS outcome, Timestamp AS started
+       round(QueueMs, 1) AS queue_ms, Outcome AS outcome, Timestamp AS started
 FROM (
-    SELECT TraceId, ServiceName, InputTokens, CachedInputTokens, OutputTokens, TtftMs, Duration, Outcome, Timestamp,
+    SELECT TraceId, ServiceName, InputTokens, CachedInputTokens, OutputTokens, TtftMs, QueueMs, Duration, Outcome,
+           Timestamp,
            dateDiff('microsecond', Timestamp, {at:DateTime64(9)}) / 1000 AS elapsed_ms,
            multiIf(elapsed_ms < ifNull(QueueMs, 0), 'queued', TtftMs IS NULL OR elapsed_ms < TtftMs, 'prefill',
                    'decode') AS phase
