@@ -51,6 +51,7 @@ class Normalized:
     engine: str
     samples: dict[Signal, list[Sample]]
     dropped_duplicates: int = 0
+    dropped_incomplete: int = 0  # histogram series without a +Inf bucket
 
     def series_count(self) -> int:
         return sum(len(s) for s in self.samples.values())
@@ -126,6 +127,18 @@ def _classify_unrecognized(text: str, engine: str | None) -> tuple[str, str]:
     return "unrecognized", f"valid exposition but no series of {wanted} (is this the engine's /metrics?)"
 
 
+def _drop_incomplete_histograms(samples: list[Sample]) -> int:
+    """Remove, in place, histogram series that lack the +Inf bucket the exposition formats require
+    (a strict OpenMetrics reader would reject our whole /metrics for one such engine series).
+    Returns how many series were dropped."""
+    complete = {tuple(v for k, v in s.labels.items() if k != "le") for s in samples
+                if s.labels.get("le") == "+Inf"}
+    kept = [s for s in samples if tuple(v for k, v in s.labels.items() if k != "le") in complete]
+    dropped = len(samples) - len(kept)
+    samples[:] = kept
+    return dropped
+
+
 class _Mapper:
     """Applies one engine's rules to the parsed families of one scrape."""
 
@@ -148,7 +161,9 @@ class _Mapper:
         if self.spec.derive:
             for signal, engine_labels, value in self.spec.derive(self.families):
                 self._emit(signal, signal.name, self._labels(engine_labels, ()), value)
-        return Normalized(self.spec.name, self.out, self.duplicates)
+        incomplete = sum(_drop_incomplete_histograms(samples) for signal, samples in self.out.items()
+                         if signal.kind is Kind.HISTOGRAM)
+        return Normalized(self.spec.name, {k: v for k, v in self.out.items() if v}, self.duplicates, incomplete)
 
     def _first_model(self) -> str:
         for samples in self.families.values():

@@ -159,3 +159,22 @@ def test_file_sd_without_changes_is_not_reparsed(server, tmp_path):
 def test_duplicate_static_names_are_refused():
     with pytest.raises(TargetError, match="two targets named"):
         EngineCollector([Target("http://a:1/metrics", name="x"), Target("http://b:1/metrics", name="x")])
+
+
+def test_our_exposition_is_strict_openmetrics_whatever_the_engines_send(server):
+    """Prometheus negotiates OpenMetrics from prometheus_client: one engine's malformed histogram
+    must not make the whole collector unreadable to a strict parser."""
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_parse
+
+    fixtures = sorted(p for p in (FIXTURES / "metrics").glob("*.txt") if not p.name.startswith("dcgm"))
+    targets = [Target(server.add(f"/{p.stem}", p.read_text()), name=p.stem) for p in fixtures]
+    collector = EngineCollector(targets, timeout=2)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    try:
+        families = list(openmetrics_parse(openmetrics_latest(registry).decode()))
+    finally:
+        collector.close()
+    up = {s.labels["target"]: s.value for f in families if f.name == sig.UP.name for s in f.samples}
+    assert up == {p.stem: 1.0 for p in fixtures}

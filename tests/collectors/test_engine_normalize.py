@@ -248,3 +248,11 @@ def test_readme_mapping_table_matches_the_rules():
 
     readme = Path(__file__).resolve().parents[2] / "collectors" / "engine" / "README.md"
     assert mapping_table() in readme.read_text(), "regenerate: python -m infersight.collectors.engine.mapping_doc"
+
+
+def test_histogram_without_inf_bucket_is_dropped_not_passed_on():
+    # The docs excerpt elides vLLM's TTFT histogram: buckets up to 0.1 and a count, no +Inf.
+    result = normalize(fixture("vllm_metrics_docs_excerpt.txt"), LABELS)
+    assert sig.TTFT not in result.samples
+    assert result.dropped_incomplete == 9  # 8 buckets + _count
+    assert only(result, sig.REQUESTS_RUNNING) == 8  # the rest of the target is unaffected
