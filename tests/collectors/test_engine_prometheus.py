@@ -98,11 +98,13 @@ def test_prometheus_computes_hit_rate_and_energy_per_token(engines, collector, g
     # The recording-rule shape: a ratio of rates, token-weighted, per target.
     hit_rate = f"sum by (target) ({hits.rate('30s')}) / sum by (target) ({queries.rate('30s')})"
     assert first_number(prom, hit_rate) == pytest.approx(0.5), prom.log()[-2000:]
-    # Energy per generated token, joined on `node` with the GPU collector's series.
-    energy = f"sum by (node) (rate({gpu.ENERGY.select(node='n1')}[30s]))"
-    tokens = f"sum by (node) ({sig.GENERATION_TOKENS.rate('30s', node='n1')})"
+    # Energy per generated token, joined on `node` with the GPU collector's series. irate, not
+    # rate: the two series start seconds apart, and rate()'s extrapolation over a window longer
+    # than a young series would skew the ratio; the slopes themselves are exact.
+    energy = f"sum by (node) (irate({gpu.ENERGY.select(node='n1')}[10s]))"
+    tokens = f"sum by (node) (irate({sig.GENERATION_TOKENS.select(node='n1')}[10s]))"
     joules_per_token = 2 * WATTS_PER_GPU / TOKENS_PER_SECOND
-    assert first_number(prom, f"{energy} / {tokens}") == pytest.approx(joules_per_token, rel=0.2)
+    assert first_number(prom, f"{energy} / {tokens}") == pytest.approx(joules_per_token, rel=0.1)
 
     up = {r["metric"]["target"]: r["value"][1] for r in prom.wait_for(sig.UP.select())}
     assert up == {f"127.0.0.1:{engines.port}/live": "1", "127.0.0.1:1": "0"}
