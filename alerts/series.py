@@ -34,9 +34,11 @@ def gauge(signal: Signal, labels: Mapping[str, str], phases: Sequence[Phase]) ->
     return Series(signal.select(**labels), " ".join(parts))
 
 
-def ramp(signal: Signal, labels: Mapping[str, str], start: float, per_minute: float, minutes: int) -> Series:
-    """A gauge rising linearly (``start+per_minutexN``)."""
-    return Series(signal.select(**labels), f"{_num(start)}+{_num(per_minute)}x{minutes - 1}")
+def ramp(signal: Signal, labels: Mapping[str, str], start: float, per_minute: float, minutes: int,
+         absent_minutes: int = 0) -> Series:
+    """A gauge rising linearly (``start+per_minutexN``), optionally absent for its first minutes."""
+    absent = f"_x{absent_minutes} " if absent_minutes else ""
+    return Series(signal.select(**labels), f"{absent}{_num(start)}+{_num(per_minute)}x{minutes - 1}")
 
 
 def _cumulative(phases: Sequence[Phase], suffix_signal: Signal, suffix: str, labels: Mapping[str, str]) -> Series:

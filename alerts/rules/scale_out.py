@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
@@ -74,11 +76,13 @@ def demand_forecast(limits: Limits) -> Alert:
     instances = 2
     capacity = instances * per_instance
     at = 70
-    slope = max(1, round(0.6 * capacity / (limits.forecast_hours * 60)))
-    now = round(0.6 * capacity)
-    start = now - slope * at
+    # Demand at 90% of capacity, rising so that the forecast lands at about 120%.
+    now = round(0.9 * capacity)
+    slope = math.ceil(0.3 * capacity / (limits.forecast_hours * 60))
+    ramp_minutes = min(60, now // slope)  # a shorter history still gives predict_linear a line
+    start = now - slope * ramp_minutes
     forecast = now + slope * horizon_s / 60
-    require(start >= 0 and now < capacity < forecast, f"forecast {forecast} must cross capacity {capacity}")
+    require(ramp_minutes >= 15 and now < capacity < forecast, f"forecast {forecast} must cross capacity {capacity}")
 
     def fleet(in_flight):
         states = []
@@ -88,7 +92,8 @@ def demand_forecast(limits: Limits) -> Alert:
                        gauge(gateway.INSTANCE_STATE, {**labels, "state": "ejected"}, [(0, at)])]
         return [in_flight, *states]
 
-    rising = ramp(request.IN_FLIGHT, request_labels(), start, slope, at + 10)
+    rising = ramp(request.IN_FLIGHT, request_labels(), start, slope, ramp_minutes + 10,
+                  absent_minutes=at - ramp_minutes)
     flat = gauge(request.IN_FLIGHT, request_labels(), [(round(0.95 * capacity), at)])
     return Alert(
         name="LLMDemandForecastOverCapacity",
