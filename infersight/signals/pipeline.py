@@ -29,3 +29,14 @@ SPOOL_BATCHES = declare("infersight_pipeline_spool_batches", Kind.GAUGE, "", (),
                         "Batches in the on-disk spool awaiting replay.", PRODUCER)
 REPLAYED_BATCHES = declare("infersight_pipeline_replayed_batches_total", Kind.COUNTER, "", (),
                            "Spooled batches written to ClickHouse after it came back.", PRODUCER)
+SPOOLED_BATCHES = declare("infersight_pipeline_spooled_batches_total", Kind.COUNTER, "", (),
+                          "Batches written to the on-disk spool because ClickHouse could not take them.", PRODUCER)
+SPOOL_DISCARDED = declare("infersight_pipeline_spool_discarded_batches_total", Kind.COUNTER, "", ("reason",),
+                          "Spooled batches set aside instead of replayed (corrupt: failed checksum; "
+                          "refused: ClickHouse rejects the data itself).", PRODUCER)
+INSERT_ERRORS = declare("infersight_pipeline_insert_errors_total", Kind.COUNTER, "", ("kind",),
+                        "Failed insert attempts (kind transient: worth retrying; permanent: the data is refused).",
+                        PRODUCER)
+REQUESTS = declare("infersight_pipeline_requests_total", Kind.COUNTER, "", ("protocol", "outcome"),
+                   "OTLP export requests answered, by outcome (ok, malformed, unsupported, too_large, unauthorized, "
+                   "queue_full, unavailable, refused).", PRODUCER)
