@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import re
 import statistics
 import sys
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, f
 import aiohttp  # noqa: E402
 
 STAMP = re.compile(rb'"content":"(\d+)"')
+EVENT = b"data: {"
 MODEL = "standin-model"
 
 
@@ -106,24 +108,51 @@ async def _stream(session: aiohttp.ClientSession, base: str, plan: dict) -> tupl
     return latencies, chunks
 
 
-async def _latency(base: str, requests: int, tokens: int, interval_ms: float) -> list[int]:
+async def _latency(base: str, requests: int, tokens: int, interval_ms: float,
+                   pids: dict[str, int]) -> tuple[list[int], dict[str, float]]:
+    """Per-chunk latencies (ns) of paced streams, and each server's CPU microseconds per chunk."""
     plan = {"tokens": tokens, "interval": interval_ms / 1000, "stamp": True}
     out: list[int] = []
     async with aiohttp.ClientSession() as session:
         await _stream(session, base, {"tokens": 5})  # warm the connection
+        cpu_before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
         for _ in range(requests):
             latencies, _ = await _stream(session, base, plan)
             out += latencies
-    return out
+        cpu_us = {name: (_cpu_seconds(pid) - cpu_before[name]) * 1e6 / len(out) for name, pid in pids.items()}
+    return out, cpu_us
 
 
-async def _throughput(base: str, streams: int, tokens: int) -> float:
+async def _count_events(session: aiohttp.ClientSession, base: str, tokens: int) -> int:
+    """One stream read as cheaply as possible (the client must not be the bottleneck): count events."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True,
+            "standin": {"tokens": tokens}}
+    events, tail = 0, b""
+    async with session.post(base + "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for data in response.content.iter_any():
+            window = tail + data
+            events += window.count(EVENT)
+            tail = window[-(len(EVENT) - 1):]  # too short to hold a whole marker: never counted twice
+    return events
+
+
+async def _throughput(base: str, streams: int, tokens: int, pids: dict[str, int]) -> tuple[float, dict[str, float]]:
+    """Chunks/s over ``streams`` concurrent streams, and each server's CPU microseconds per chunk."""
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        await _stream(session, base, {"tokens": 5})
+        await _count_events(session, base, 5)
+        cpu_before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
         started = time.perf_counter()
-        results = await asyncio.gather(*(_stream(session, base, {"tokens": tokens}) for _ in range(streams)))
+        counts = await asyncio.gather(*(_count_events(session, base, tokens) for _ in range(streams)))
         elapsed = time.perf_counter() - started
-    return sum(chunks for _, chunks in results) / elapsed
+        cpu_us = {name: (_cpu_seconds(pid) - cpu_before[name]) * 1e6 / sum(counts) for name, pid in pids.items()}
+    return sum(counts) / elapsed, cpu_us
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc; 10 ms ticks, so measure many chunks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _percentile(values: list[int], q: float) -> float:
@@ -155,12 +184,20 @@ def main(argv: list[str] | None = None) -> int:
     proxy, proxy_port = _start(_proxy_process, direct)
     through = f"http://127.0.0.1:{proxy_port}"
     try:
-        lat = {"direct": [], "proxy": []}
-        rate = {"direct": [], "proxy": []}
+        lat: dict[str, list[int]] = {"direct": [], "proxy": []}
+        rate: dict[str, list[float]] = {"direct": [], "proxy": []}
+        # CPU us per chunk, paced and burst: the engine stand-in when direct, the proxy process in front of it.
+        pids = {"direct": {"direct": engine.pid}, "proxy": {"proxy": proxy.pid}}
+        phases = [f"{phase}_{name}" for phase in ("paced", "burst") for name in ("direct", "proxy")]
+        cpu: dict[str, list[float]] = {key: [] for key in phases}
         for _ in range(args.rounds):  # alternate, so drift in machine load hits both sides
             for name, base in (("direct", direct), ("proxy", through)):
-                lat[name] += asyncio.run(_latency(base, args.requests, args.tokens, args.interval))
-                rate[name].append(asyncio.run(_throughput(base, args.streams, args.throughput_tokens)))
+                latencies, cpu_us = asyncio.run(_latency(base, args.requests, args.tokens, args.interval, pids[name]))
+                lat[name] += latencies
+                cpu[f"paced_{name}"].append(cpu_us[name])
+                chunks_per_s, cpu_us = asyncio.run(_throughput(base, args.streams, args.throughput_tokens, pids[name]))
+                rate[name].append(chunks_per_s)
+                cpu[f"burst_{name}"].append(cpu_us[name])
     finally:
         for process in (proxy, engine):
             process.terminate()
@@ -171,27 +208,29 @@ def main(argv: list[str] | None = None) -> int:
         "latency_p50_us": {name: _percentile(values, 0.50) for name, values in lat.items()},
         "latency_p99_us": {name: _percentile(values, 0.99) for name, values in lat.items()},
         "chunks_per_s": {name: statistics.median(values) for name, values in rate.items()},
+        "cpu_us_per_chunk_paced": {name: statistics.median(cpu[f"paced_{name}"]) for name in ("direct", "proxy")},
+        "cpu_us_per_chunk_burst": {name: statistics.median(cpu[f"burst_{name}"]) for name in ("direct", "proxy")},
     }
-    added_p50 = figures["latency_p50_us"]["proxy"] - figures["latency_p50_us"]["direct"]
-    added_p99 = figures["latency_p99_us"]["proxy"] - figures["latency_p99_us"]["direct"]
-    summary = {
-        "added_latency_p50_us": added_p50,
-        "added_latency_p99_us": added_p99,
-        "latency_p50_ratio_proxy_vs_direct": figures["latency_p50_us"]["proxy"] / figures["latency_p50_us"]["direct"],
-        "latency_p99_ratio_proxy_vs_direct": figures["latency_p99_us"]["proxy"] / figures["latency_p99_us"]["direct"],
-        "throughput_ratio_proxy_vs_direct": figures["chunks_per_s"]["proxy"] / figures["chunks_per_s"]["direct"],
-    }
+    summary = {"added_latency_p50_us": figures["latency_p50_us"]["proxy"] - figures["latency_p50_us"]["direct"],
+               "added_latency_p99_us": figures["latency_p99_us"]["proxy"] - figures["latency_p99_us"]["direct"]}
+    for key, values in figures.items():
+        if key != "chunks_measured":
+            summary[f"{key}_ratio_proxy_vs_direct"] = values["proxy"] / values["direct"]
+    summary["proxy_capacity_paced_chunks_per_s_per_core"] = 1e6 / figures["cpu_us_per_chunk_paced"]["proxy"]
     if args.format == "json":
         print(json.dumps({"figures": figures, "summary": summary, "args": vars(args)}, indent=2))
         return 0
-    print(f"{'':28}{'direct':>12}{'proxy':>12}{'proxy/direct':>14}{'added':>12}")
-    rows = (("latency_p50_us", "chunk latency p50", "us"), ("latency_p99_us", "chunk latency p99", "us"),
-            ("chunks_per_s", "throughput", "chunks/s"))
-    for key, label, unit in rows:
+    print(f"{'':30}{'direct':>12}{'proxy':>12}{'proxy/direct':>14}{'added':>12}")
+    rows = (("latency_p50_us", "chunk latency p50 (us)"), ("latency_p99_us", "chunk latency p99 (us)"),
+            ("chunks_per_s", "throughput (chunks/s)"), ("cpu_us_per_chunk_paced", "CPU per chunk, paced (us)"),
+            ("cpu_us_per_chunk_burst", "CPU per chunk, burst (us)"))
+    for key, label in rows:
         d, p = figures[key]["direct"], figures[key]["proxy"]
-        added = f"{p - d:+.0f} {unit}" if unit == "us" else ""
-        print(f"{label + ' (' + unit + ')':28}{d:>12,.0f}{p:>12,.0f}{p / d:>14.2f}{added:>12}")
-    print(f"chunks measured: {figures['chunks_measured']['direct']:,} direct, "
+        added = f"{p - d:+,.0f} us" if key.startswith("latency") else ""
+        print(f"{label:30}{d:>12,.1f}{p:>12,.1f}{p / d:>14.2f}{added:>12}")
+    print(f"CPU per chunk: 'direct' is the engine stand-in's own, 'proxy' the proxy process's. Proxy capacity "
+          f"when paced: ~{summary['proxy_capacity_paced_chunks_per_s_per_core']:,.0f} chunks/s per core.")
+    print(f"chunks measured for latency: {figures['chunks_measured']['direct']:,} direct, "
           f"{figures['chunks_measured']['proxy']:,} proxy; {args.streams} concurrent streams for throughput")
     return 0
 

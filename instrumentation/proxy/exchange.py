@@ -86,14 +86,14 @@ class Exchange:
             if content_type.startswith("text/event-stream") or (info.stream and "json" not in content_type):
                 return await self._relay_stream(upstream, record)
             return await self._relay_json(upstream, record)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # before TimeoutError
+            error = errors.upstream_unreachable(context.upstream_label, exc)
+            recording.failed(record, error.code, error.message)
+            return await self._answer_error(error, upstream)
         except TimeoutError:
             kind = self.pending_kind
             recording.timed_out(record, kind, self._facts())
             return await self._answer_error(errors.timeout_error(kind, context.timeouts.seconds(kind)), upstream)
-        except aiohttp.ClientConnectorError as exc:
-            error = errors.upstream_unreachable(context.upstream_label, exc)
-            recording.failed(record, error.code, error.message)
-            return await self._answer_error(error, upstream)
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             error = errors.upstream_broke(str(exc) or type(exc).__name__)
             recording.failed(record, error.code, error.message, self._facts())

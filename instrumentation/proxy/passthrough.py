@@ -35,10 +35,10 @@ async def relay(context: ProxyContext, request: web.Request, body: bytes) -> web
                 await response.write(data)
         await response.write_eof()
         return response
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # before TimeoutError
+        error = errors.upstream_unreachable(context.upstream_label, exc)
     except TimeoutError:
         error = errors.timeout_error("total", total or 0)
-    except aiohttp.ClientConnectorError as exc:
-        error = errors.upstream_unreachable(context.upstream_label, exc)
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         error = errors.upstream_broke(str(exc) or type(exc).__name__)
     except ConnectionError:  # the client went away; ``finally`` closes the upstream connection

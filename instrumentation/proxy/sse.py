@@ -17,6 +17,7 @@ from typing import Any
 # Fields a server-sent event line may carry (WHATWG HTML, "event stream interpretation").
 SSE_FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
 DONE = b"[DONE]"
+_decode = json.JSONDecoder().decode
 # Delta keys that mean "this chunk carries generated output" (content, reasoning, tool calls).
 TOKEN_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal")
 
@@ -121,6 +122,8 @@ class StreamInspector:
             self.facts.malformed = "stream ended without data: [DONE]"
 
     def _event(self, block: bytes) -> int:
+        if block.startswith(b"data: ") and b"\n" not in block:  # the usual shape: one data line
+            return self._data(block[6:])
         data_lines: list[bytes] = []
         for line in block.lstrip(b"\n").split(b"\n"):
             if not line or line.startswith(b":"):  # blank or comment (keep-alive)
@@ -133,14 +136,16 @@ class StreamInspector:
                 data_lines.append(value[1:] if value.startswith(b" ") else value)
         if not data_lines:
             return 0
+        return self._data(b"\n".join(data_lines))
+
+    def _data(self, data: bytes) -> int:
         self.events += 1
-        data = b"\n".join(data_lines)
         if data.strip() == DONE:
             self.done = True
             return 0
         try:
-            payload = json.loads(data)
-        except ValueError:
+            payload = _decode(data.decode())  # str in: skips json.loads' encoding sniffing
+        except ValueError:  # also UnicodeDecodeError
             self._malformed(f"event data is not JSON: {data[:60]!r}")
             return 0
         if not isinstance(payload, dict):
