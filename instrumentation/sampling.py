@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from collections import OrderedDict
 
 # Decision reasons, written as llm.sampling.reason and as the reason label of the timelines counter.
@@ -116,6 +117,7 @@ class TailSampler:
         self.max_models = max_models
         self._random = random.Random(seed)
         self._models: OrderedDict[str, tuple[RollingQuantile, RollingQuantile]] = OrderedDict()
+        self._lock = threading.Lock()  # gateways call decide() from many threads
 
     def _estimators(self, model: str) -> tuple[RollingQuantile, RollingQuantile]:
         pair = self._models.get(model)
@@ -145,6 +147,10 @@ class TailSampler:
         not compared with itself. Only successful requests feed the latency estimates: errors and
         timeouts would drag the p99 toward the failure mode it should detect.
         """
+        with self._lock:
+            return self._decide(model, outcome, ttft_s, e2e_s)
+
+    def _decide(self, model: str, outcome: str, ttft_s: float | None, e2e_s: float) -> str:
         reason = _OUTCOME_REASONS.get(outcome)
         ttft_estimator, e2e_estimator = self._estimators(model)
         if reason is None and outcome == "success":

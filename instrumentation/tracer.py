@@ -1,6 +1,7 @@
 """The request tracer: one context per request, producing catalog metrics and GenAI spans.
 
-Usage in a gateway (an engine or a proxy calls the same methods, minus ``queued``/``routed``)::
+Usage in a gateway (an engine or a proxy calls the same methods, minus ``queued``/``routed``; an
+engine marks the end of its own queue with ``req.scheduled(cached_input_tokens=...)``)::
 
     from prometheus_client import CollectorRegistry
     from infersight.instrumentation import Candidate, RequestTracer, TailSampler, setup_tracing
@@ -27,7 +28,9 @@ exit, ``cancelled`` on ``asyncio.CancelledError``, ``error`` on any other except
 ending returns a :class:`RequestSummary`; a second ending is ignored and returns the first.
 
 The span tree per request and service: the request span ``"<operation> <model>"`` (SERVER) with
-children ``gateway.queue``, ``gateway.route`` and one ``upstream`` (CLIENT) span per attempt.
+children ``gateway.queue``, ``gateway.route`` and one ``upstream`` (CLIENT) span per attempt in a
+gateway; ``engine.queue``, ``engine.prefill`` and ``engine.decode`` in an engine that calls
+``scheduled``. With traceparent carried between them, one trace holds the whole chain.
 Token times are not span events: the tail sampler keeps the whole timeline as one attribute,
 ``llm.token.offsets_us``, only for the requests that matter (see :mod:`.sampling`).
 """
@@ -136,7 +139,8 @@ class RequestContext:
 
     __slots__ = ("_tracer", "model", "operation", "instance", "pool", "strategy", "_start_ns", "_start_wall_ns",
                  "_times", "_first_token_ns", "_queued_ns", "_queue_s", "_span", "_recording", "_upstream",
-                 "attempt", "_backoff_s", "_summary", "request_id")
+                 "attempt", "_backoff_s", "_summary", "request_id", "_scheduled_ns", "_cached_input_tokens",
+                 "_route_estimate_ms", "_route_cache_ratio")
 
     def __init__(self, tracer: RequestTracer, model: str, operation: str, headers: Mapping[str, str] | None,
                  request_id: str | None, instance: str, pool: str, strategy: str, max_tokens: int | None,
@@ -153,6 +157,10 @@ class RequestContext:
         self._upstream: trace.Span | None = None
         self.attempt = 0
         self._backoff_s: float | None = None
+        self._scheduled_ns: int | None = None
+        self._cached_input_tokens: int | None = None
+        self._route_estimate_ms: float | None = None
+        self._route_cache_ratio: float | None = None
         self._summary: RequestSummary | None = None
         attributes: dict[str, Any] = {attr.GEN_AI_OPERATION_NAME: operation, attr.GEN_AI_REQUEST_MODEL: model}
         if provider_name:
@@ -222,6 +230,8 @@ class RequestContext:
             return
         now_ns = _now()
         self._leave_queue(now_ns)
+        self._route_estimate_ms = float(estimated_finish_ms) if estimated_finish_ms is not None else None
+        self._route_cache_ratio = float(prefix_cache_ratio) if prefix_cache_ratio is not None else None
         self._relabel(instance, pool if pool is not None else self.pool,
                       strategy if strategy is not None else self.strategy)
         if self._recording:
@@ -303,6 +313,17 @@ class RequestContext:
         if count > 0:
             self._times.extend((_now(),) * count)
 
+    def scheduled(self, *, cached_input_tokens: int | None = None) -> None:
+        """Engine: the request left the engine's own queue and prefill starts now.
+
+        ``cached_input_tokens`` are the prompt tokens found in the prefix cache. With this mark
+        the request span gets ``engine.queue``, ``engine.prefill`` (up to the first token) and
+        ``engine.decode`` (first token to end) children.
+        """
+        if self._scheduled_ns is None and self._summary is None:
+            self._scheduled_ns = _now()
+            self._cached_input_tokens = cached_input_tokens
+
     def first_token(self) -> None:
         """Mark the first token without recording one (e.g. a non-streaming engine ends prefill)."""
         if self._first_token_ns is None:
@@ -369,6 +390,8 @@ class RequestContext:
             return self._summary
         end_ns = _now()
         self._leave_queue(end_ns)
+        if cached_input_tokens is None:
+            cached_input_tokens = self._cached_input_tokens
         metrics, times = self._tracer.metrics, self._times
         bundle = metrics.bundle(self.model, self.instance, self.pool, self.strategy)
         count = len(times)
@@ -423,10 +446,27 @@ class RequestContext:
             self._record_span(outcome, finish_reason, error_type, message, timeout_kind, input_tokens, produced,
                               cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets, gaps)
         self._end_upstream(end_ns, error_type if outcome in ("error", "timeout") else None)
+        if self._recording and self._scheduled_ns is not None:
+            self._record_engine_phases(first_ns, end_ns, count)
         self._span.end(end_time=self._wall(end_ns))
         self._summary = RequestSummary(outcome, finish_reason, ttft_s, e2e_s, self._queue_s, count, self.attempt + 1,
                                        reason, offsets, self.trace_id)
         return self._summary
+
+    def _record_engine_phases(self, first_ns: int | None, end_ns: int, token_count: int) -> None:
+        parent = trace.set_span_in_context(self._span)
+        otel, wall = self._tracer.otel, self._wall
+        scheduled = self._scheduled_ns
+        otel.start_span(attr.SPAN_ENGINE_QUEUE, context=parent, start_time=wall(self._start_ns)).end(wall(scheduled))
+        prefill_end = first_ns if first_ns is not None and first_ns >= scheduled else end_ns
+        prefill_attrs = {}
+        if self._cached_input_tokens is not None:
+            prefill_attrs[attr.CACHED_INPUT_TOKENS] = self._cached_input_tokens
+        otel.start_span(attr.SPAN_PREFILL, context=parent, start_time=wall(scheduled),
+                        attributes=prefill_attrs).end(wall(prefill_end))
+        if first_ns is not None and first_ns >= scheduled:
+            otel.start_span(attr.SPAN_DECODE, context=parent, start_time=wall(first_ns),
+                            attributes={attr.TOKEN_COUNT: token_count}).end(wall(end_ns))
 
     def _record_span(self, outcome, finish_reason, error_type, message, timeout_kind, input_tokens, output_tokens,
                      cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets, gaps) -> None:
@@ -441,6 +481,8 @@ class RequestContext:
             attr.INSTANCE: self.instance or None,
             attr.POOL: self.pool or None,
             attr.ROUTING_STRATEGY: self.strategy or None,
+            attr.ROUTING_ESTIMATED_FINISH_MS: self._route_estimate_ms,
+            attr.ROUTING_PREFIX_CACHE_RATIO: self._route_cache_ratio,
             attr.GEN_AI_RESPONSE_FINISH_REASONS: [finish_reason] if finish_reason else None,
             attr.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
             attr.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import pytest
@@ -260,3 +261,76 @@ def test_head_ratio_zero_records_no_spans_but_all_metrics():
     assert traced.metric("llm_requests_total", outcome="success", **labels) == 3
     assert traced.metric("llm_time_to_first_token_seconds_count", **labels) == 3
     assert traced.metric("infersight_tracing_timelines_total", model=MODEL, reason="random") == 3
+
+
+def test_engine_phases_make_queue_prefill_and_decode_spans():
+    traced = make_traced(service="engine")
+    with traced.tracer.start(MODEL, instance="engine-0") as req:
+        time.sleep(0.005)
+        req.scheduled(cached_input_tokens=512)
+        time.sleep(0.005)
+        req.token()
+        req.token()
+        req.finish("stop", input_tokens=600, output_tokens=2)
+    request_span = traced.one(f"chat {MODEL}")
+    queue, prefill, decode = (traced.one(attr.SPAN_ENGINE_QUEUE), traced.one(attr.SPAN_PREFILL),
+                              traced.one(attr.SPAN_DECODE))
+    for child in (queue, prefill, decode):
+        assert child.parent.span_id == request_span.context.span_id
+    assert request_span.start_time == queue.start_time
+    assert queue.end_time == prefill.start_time and prefill.end_time == decode.start_time
+    assert decode.end_time == request_span.end_time
+    assert (queue.end_time - queue.start_time) >= 5_000_000 and (prefill.end_time - prefill.start_time) >= 5_000_000
+    assert prefill.attributes[attr.CACHED_INPUT_TOKENS] == 512
+    assert request_span.attributes[attr.CACHED_INPUT_TOKENS] == 512  # taken from scheduled() when not in finish
+    assert decode.attributes[attr.TOKEN_COUNT] == 2
+
+
+def test_engine_failure_before_the_first_token_has_no_decode_span():
+    traced = make_traced(service="engine")
+    req = traced.tracer.start(MODEL, instance="engine-0")
+    req.scheduled()
+    req.fail("oom")
+    assert traced.one(attr.SPAN_PREFILL).end_time == traced.one(f"chat {MODEL}").end_time
+    assert traced.by_name(attr.SPAN_DECODE) == []
+
+
+def test_routing_estimates_of_the_chosen_instance_are_on_the_request_span():
+    traced = make_traced()
+    summary, _ = run_gateway_request(traced, tokens=1, queue_wait=0)
+    a = traced.one(f"chat {MODEL}").attributes
+    assert a[attr.ROUTING_ESTIMATED_FINISH_MS] == 840.0 and a[attr.ROUTING_PREFIX_CACHE_RATIO] == 0.9
+    assert summary.outcome == "success"
+
+
+def test_concurrent_requests_from_many_threads_keep_metrics_consistent():
+    traced = make_traced(random_share=0.5)
+
+    def worker(n: int) -> None:
+        for i in range(100):
+            with traced.tracer.start(MODEL, pool="p", strategy="s") as req:
+                req.queued()
+                req.routed(f"e{n % 2}")
+                req.tokens(3)
+                if i % 10 == 0:
+                    req.timeout("ttft")
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    total = sum(traced.metric("llm_requests_total", model=MODEL, instance=f"e{k}", pool="p", strategy="s",
+                              outcome=outcome) or 0
+                for k in (0, 1) for outcome in ("success", "timeout"))
+    assert total == 600
+    gaps = sum(traced.metric("llm_inter_token_latency_seconds_count", model=MODEL, instance=f"e{k}", pool="p",
+                             strategy="s") for k in (0, 1))
+    assert gaps == 600 * 2
+    assert traced.metric("llm_gateway_queue_depth", model=MODEL, pool="p", strategy="s") == 0
+    assert all(traced.metric("llm_requests_in_flight", model=MODEL, instance=i, pool="p", strategy="s") == 0
+               for i in ("", "e0", "e1"))
+    kept = sum(traced.metric("infersight_tracing_timelines_total", model=MODEL, reason=r) or 0
+               for r in ("random", "timeout", "not_kept", "slow_ttft", "slow_e2e"))
+    assert kept == 600
+    assert len(traced.by_name(f"chat {MODEL}")) == 600
