@@ -83,8 +83,8 @@ SELECT SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, Spa
        round(Duration / 1e6, 2) AS duration_ms, StatusCode AS status, Instance AS instance, Pool AS pool,
        Outcome AS outcome, TtftMs AS ttft_ms, RetryAttempt AS attempt,
        SpanAttributes[{k_strategy:String}] AS strategy, SpanAttributes[{k_candidates:String}] AS candidates,
-       SpanAttributes[{k_cache:String}] AS prefix_cache_ratio, InputTokens AS input_tokens,
-       CachedInputTokens AS cached_input_tokens, OutputTokens AS output_tokens
+       SpanAttributes[{k_cache:String}] AS prefix_cache_ratio, nullIf(InputTokens, 0) AS input_tokens,
+       nullIf(CachedInputTokens, 0) AS cached_input_tokens, nullIf(OutputTokens, 0) AS output_tokens
 FROM {db:Identifier}.otel_traces
 WHERE TraceId = {trace:String} AND Timestamp >= {start:DateTime64(9)} AND Timestamp <= {end:DateTime64(9)}
 ORDER BY Timestamp, SpanId""", {"db": db, "trace": trace_id, "start": start, "end": end,
@@ -166,7 +166,7 @@ def neighbors(client, db: str, instance: str, at: dt.datetime, lookback: dt.time
     """
     return _rows(client, """
 SELECT TraceId AS trace_id, ServiceName AS service, phase, round(elapsed_ms, 1) AS running_for_ms,
-       InputTokens AS prompt_tokens, CachedInputTokens AS cached_tokens, CachedInputTokens > 0 AS prefix_cached,
+       InputTokens AS prompt_tokens, CachedInputTokens AS cached_tokens, toBool(CachedInputTokens > 0) AS prefix_cached,
        OutputTokens AS output_tokens, round(TtftMs, 1) AS ttft_ms, round(Duration / 1e6, 1) AS e2e_ms,
        round(QueueMs, 1) AS queue_ms, Outcome AS outcome, Timestamp AS started
 FROM (

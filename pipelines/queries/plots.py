@@ -142,10 +142,12 @@ def retry_chains(rows: list[dict[str, Any]], path: Path, limit: int = 20) -> Pat
 
 
 def prometheus_series(title: str, ylabel: str, series: list[tuple[str, list[tuple[dt.datetime, float]]]],
-                      stalls: Sequence[dt.datetime], path: Path) -> Path:
+                      stalls: Sequence[dt.datetime], path: Path, window: tuple[dt.datetime, dt.datetime]) -> Path:
     fig, ax = plt.subplots(figsize=(10, 3.5))
     for label, points in series:
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.2)
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.2, marker=".",
+                markersize=3)
+    ax.set_xlim(*window)  # the whole incident window, even where Prometheus has no samples
     _mark_stalls(ax, stalls)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)

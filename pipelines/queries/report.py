@@ -152,7 +152,7 @@ def _prometheus_sections(url: str, window: Window, stalls, folder: Path) -> list
             return [Section("Prometheus", [f"Prometheus at {url} was not reachable ({exc}); its panels are "
                                            "missing. Pass --prometheus URL, or --prometheus none to skip."])]
         if series:
-            plots.prometheus_series(title, unit, series, stalls, folder / name)
+            plots.prometheus_series(title, unit, series, stalls, folder / name, (window.start, window.end))
             sections.append(Section(title, [f"From Prometheus: {promql}"], name))
         else:
             sections.append(Section(title, [f"Prometheus has no samples of {promql} in the window."]))
@@ -168,7 +168,7 @@ def _query_range(url: str, promql: str, window: Window) -> list[tuple[str, list[
         body = json.load(resp)
     result = []
     for item in body.get("data", {}).get("result", []):
-        labels = ",".join(f"{k}={v}" for k, v in sorted(item["metric"].items()) if k != "__name__")
+        labels = ",".join(f"{k}={v}" for k, v in sorted(item["metric"].items()) if k not in ("__name__", "job"))
         points = [(dt.datetime.fromtimestamp(float(t), dt.UTC).replace(tzinfo=None), float(v))
                   for t, v in item["values"]]
         result.append((labels or promql, points))
