@@ -1,0 +1,106 @@
+"""OTLP/HTTP on 4318: ``POST /v1/traces`` (protobuf or JSON, optionally gzip), plus ``/metrics``.
+
+Answers: 200 (with ``partial_success`` when spans were rejected), 400 malformed, 401 bad token,
+413 body over ``pipeline.max_body_bytes`` (before or after gunzip), 415 content type or encoding,
+429 + Retry-After when the queue is full, 503 + Retry-After when neither ClickHouse nor the spool
+can take the data. Error bodies carry the reason (as a google.rpc.Status, per the OTLP spec).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from aiohttp import web
+from google.protobuf import json_format
+from google.rpc import status_pb2
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from infersight.pipelines.receiver import otlp
+from infersight.pipelines.receiver.intake import Answer, Intake, Kind
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+HTTP_STATUS = {
+    Kind.OK: 200, Kind.MALFORMED: 400, Kind.REFUSED: 400, Kind.UNAUTHORIZED: 401, Kind.TOO_LARGE: 413,
+    Kind.UNSUPPORTED: 415, Kind.QUEUE_FULL: 429, Kind.UNAVAILABLE: 503,
+}
+RPC_CODE = {400: 3, 401: 16, 413: 8, 415: 3, 429: 8, 503: 14}  # google.rpc.Code for the error body
+
+
+def build_app(intake: Intake, max_body_bytes: int) -> web.Application:
+    app = web.Application(client_max_size=max_body_bytes + 1)
+
+    async def traces(request: web.Request) -> web.Response:
+        as_json = request.content_type == JSON
+        if not intake.authorized(request.headers.get("Authorization")):
+            return _answer(intake.refuse("http", Kind.UNAUTHORIZED, "missing or wrong bearer token"), as_json)
+        if request.content_type not in (PROTOBUF, JSON):
+            return _answer(intake.refuse("http", Kind.UNSUPPORTED,
+                                         f"content type {request.content_type!r} is not supported; "
+                                         f"send {PROTOBUF} or {JSON}"), as_json)
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("identity", "gzip", ""):
+            return _answer(intake.refuse("http", Kind.UNSUPPORTED,
+                                         f"content encoding {encoding!r} is not supported; send gzip or none"),
+                           as_json)
+        if request.content_length is not None and request.content_length > max_body_bytes:
+            return _answer(intake.refuse("http", Kind.TOO_LARGE, _too_large(request.content_length, max_body_bytes)),
+                           as_json)
+        body = await request.content.read(max_body_bytes + 1)
+        if len(body) > max_body_bytes:
+            return _answer(intake.refuse("http", Kind.TOO_LARGE, _too_large(len(body), max_body_bytes)), as_json)
+        if encoding == "gzip":
+            try:
+                body = _gunzip(body, max_body_bytes)
+            except _TooLarge:
+                return _answer(intake.refuse("http", Kind.TOO_LARGE,
+                                             f"body over {max_body_bytes} bytes once decompressed "
+                                             "(pipeline.max_body_bytes)"), as_json)
+            except zlib.error as exc:
+                return _answer(intake.refuse("http", Kind.MALFORMED, f"bad gzip body: {exc}"), as_json)
+        return _answer(await intake.export("http", body, as_json), as_json)
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(intake.metrics.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthy(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app.router.add_post("/v1/traces", traces)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthy)
+    return app
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _gunzip(body: bytes, limit: int) -> bytes:
+    """Decompress without ever holding more than ``limit`` bytes (a gzip bomb stops at the limit)."""
+    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out = decompressor.decompress(body, limit + 1)
+    if len(out) > limit or decompressor.unconsumed_tail:
+        raise _TooLarge()
+    if not decompressor.eof:
+        raise zlib.error("truncated gzip stream")
+    return out
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"body of {size} bytes is over the {limit}-byte limit (pipeline.max_body_bytes); send smaller batches"
+
+
+def _answer(answer: Answer, as_json: bool) -> web.Response:
+    status = HTTP_STATUS[answer.kind]
+    content_type = JSON if as_json else PROTOBUF
+    headers = {}
+    if answer.retry_after:
+        headers["Retry-After"] = str(max(1, round(answer.retry_after)))
+    if status == 200:
+        body = otlp.response_bytes(answer.rejected_spans, answer.message, as_json)
+    else:
+        error = status_pb2.Status(code=RPC_CODE.get(status, 2), message=answer.message)
+        body = json_format.MessageToJson(error, indent=None).encode() if as_json else error.SerializeToString()
+    return web.Response(status=status, body=body, content_type=content_type, headers=headers)

@@ -1,0 +1,200 @@
+"""Decode and check one OTLP trace export request; hand back protobuf bytes for ClickHouse.
+
+The receiver never turns spans into Python rows: ClickHouse parses the protobuf itself (see
+:mod:`infersight.pipelines.receiver.ingest_sql`). Python only does what must happen before the
+acknowledgement, with upb (C) doing the parsing:
+
+- reject a body that is not OTLP (protobuf or OTLP/JSON) with the parser's reason;
+- reject, per span, trace or span ids of the wrong length or all zero (the rest of the request is kept);
+- cut attribute values longer than the limit (the token timeline attribute is exempt: the token
+  materialized view needs it whole), counting each cut.
+
+When nothing had to change, the original bytes are forwarded untouched (no re-serialization).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from infersight import attributes as attr
+
+ZERO_TRACE_ID = bytes(16)
+ZERO_SPAN_ID = bytes(8)
+# Attributes that must never be cut: the token materialized view parses the whole JSON array.
+UNTRUNCATED_KEYS = frozenset({attr.TOKEN_OFFSETS_US})
+
+
+class BadPayload(ValueError):
+    """The body is not a valid OTLP trace export request; the message says why."""
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A checked request: protobuf bytes to store and what the checks found."""
+
+    payload: bytes  # ExportTraceServiceRequest, protobuf encoding, invalid spans removed
+    spans: int  # spans kept
+    invalid_ids: int  # spans dropped for an invalid trace or span id
+    truncated: int  # attribute values cut to the limit
+
+
+def decode_protobuf(body: bytes, max_attribute_length: int) -> Decoded:
+    try:
+        request = ExportTraceServiceRequest.FromString(body)
+    except DecodeError as exc:
+        raise BadPayload(f"malformed OTLP protobuf: {exc}") from None
+    return _check(request, body, max_attribute_length)
+
+
+def decode_json(body: bytes, max_attribute_length: int) -> Decoded:
+    """OTLP/JSON: hex trace and span ids, lowerCamelCase field names, unknown fields ignored."""
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadPayload(f"malformed JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise BadPayload(f"OTLP/JSON body must be an object, got {type(document).__name__}")
+    try:
+        _hex_ids_to_base64(document)
+        request = json_format.ParseDict(document, ExportTraceServiceRequest(), ignore_unknown_fields=True)
+    except (json_format.ParseError, TypeError, AttributeError, ValueError) as exc:
+        raise BadPayload(f"not an OTLP trace export request: {str(exc)[:300]}") from None
+    return _check(request, None, max_attribute_length)
+
+
+def response_bytes(rejected: int, message: str = "", as_json: bool = False) -> bytes:
+    """An ExportTraceServiceResponse, with partial_success when spans were rejected."""
+    response = ExportTraceServiceResponse()
+    if rejected:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    if as_json:
+        return json_format.MessageToJson(response, indent=None).encode()
+    return response.SerializeToString()
+
+
+def _check(request: ExportTraceServiceRequest, body: bytes | None, max_length: int) -> Decoded:
+    kept = invalid = truncated = 0
+    changed = body is None
+    check_sizes = body is None or len(body) > max_length  # no value can exceed the limit otherwise
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            spans = scope_spans.spans
+            bad = []
+            for index, span in enumerate(spans):
+                trace_id, span_id = span.trace_id, span.span_id
+                if (len(trace_id) != 16 or len(span_id) != 8 or trace_id == ZERO_TRACE_ID
+                        or span_id == ZERO_SPAN_ID or len(span.parent_span_id) not in (0, 8)):
+                    bad.append(index)
+                    continue
+                # A value longer than the limit makes its span at least that long (cheap C check first).
+                if check_sizes and span.ByteSize() > max_length:
+                    cut = _truncate_span(span, max_length)
+                    if cut:
+                        truncated += cut
+                        changed = True
+            for index in reversed(bad):
+                del spans[index]
+            if bad:
+                changed = True
+            invalid += len(bad)
+            kept += len(spans)
+    payload = request.SerializeToString() if changed else body
+    return Decoded(payload=payload, spans=kept, invalid_ids=invalid, truncated=truncated)
+
+
+def _truncate_span(span, max_length: int) -> int:
+    cut = _truncate_attributes(span.attributes, max_length)
+    for event in span.events:
+        cut += _truncate_attributes(event.attributes, max_length)
+    for link in span.links:
+        cut += _truncate_attributes(link.attributes, max_length)
+    return cut
+
+
+def _truncate_attributes(attributes, max_length: int) -> int:
+    cut = 0
+    for item in attributes:
+        if item.key in UNTRUNCATED_KEYS:
+            continue
+        value = item.value
+        kind = value.WhichOneof("value")
+        if kind == "string_value":
+            if len(value.string_value) > max_length:
+                value.string_value = value.string_value[:max_length]
+                cut += 1
+        elif kind in ("array_value", "kvlist_value", "bytes_value") and value.ByteSize() > max_length:
+            # Stored as text anyway (JSON or base64): render, cut, and store the cut text.
+            text = render_any_value(value)
+            if len(text) > max_length:
+                value.string_value = text[:max_length]
+                cut += 1
+    return cut
+
+
+def render_any_value(value) -> str:
+    """An AnyValue as the OTel Collector's ``Value.AsString()`` writes it (JSON for arrays and maps)."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind in (None, "array_value", "kvlist_value"):
+        return json.dumps(_raw(value), separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(_raw(value))
+
+
+def _raw(value):
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_raw(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _raw(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode()
+    if kind is None:
+        return None
+    return getattr(value, kind)
+
+
+def _hex_ids_to_base64(document: dict) -> None:
+    """OTLP/JSON writes ids as hex; protobuf's JSON mapping wants base64. Bad hex becomes an empty id,
+    which the per-span check then rejects (and counts) without failing the whole request."""
+    for resource_spans in _list(document, "resourceSpans", "resource_spans"):
+        for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
+            for span in _list(scope_spans, "spans"):
+                _convert_ids(span, ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id"))
+                for link in _list(span, "links"):
+                    _convert_ids(link, ("traceId", "trace_id", "spanId", "span_id"))
+
+
+def _list(obj, *keys) -> list:
+    if not isinstance(obj, dict):
+        raise BadPayload(f"expected an object, got {type(obj).__name__}")
+    for key in keys:
+        if key in obj:
+            value = obj[key]
+            if not isinstance(value, list):
+                raise BadPayload(f"field {key!r} must be an array, got {type(value).__name__}")
+            return value
+    return []
+
+
+def _convert_ids(obj: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        value = obj.get(key)
+        if value is None:
+            continue
+        try:
+            raw = bytes.fromhex(value) if isinstance(value, str) else b"\x00"
+        except ValueError:
+            raw = b"\x00"  # invalid id: rejected per span later
+        obj[key] = binascii.b2a_base64(raw, newline=False).decode()

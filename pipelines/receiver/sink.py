@@ -1,0 +1,116 @@
+"""The ClickHouse end of the writer: one insert of a framed batch, its errors sorted into kinds.
+
+Inserts go through clickhouse-connect over HTTP (``command(sql, data=...)`` posts the batch as the
+body of ``INSERT ... SELECT ... FROM input() FORMAT Protobuf``). Each carries the batch's
+``insert_deduplication_token``: an insert that reached ClickHouse but whose answer was lost, then
+retried, is stored once. A plain (non-replicated) MergeTree only deduplicates when the table
+setting ``non_replicated_deduplication_window`` is non-zero, so before the first insert the sink
+checks the tables it writes (directly or through materialized views) and sets it where missing.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from urllib.parse import urlsplit
+
+from infersight.pipelines.receiver import ingest_sql
+from infersight.pipelines.schema import ddl
+
+DEDUP_WINDOW = 10_000  # inserts remembered per table; covers hours of retries and replays
+DEDUP_TABLES = (ddl.TRACES, ddl.TRACE_ID_TS, ddl.TOKENS, ddl.REQUESTS_1M)
+
+# ClickHouse error codes that mean "this data can never be inserted" (parse and type errors).
+# Everything else (connection refused, timeouts, too many parts, memory, missing table before a
+# migration ...) is transient: the batch is retried and, failing that, kept in the spool.
+PERMANENT_CODES = frozenset({
+    6, 26, 27, 32, 33, 38, 41, 53, 69, 70, 72, 117, 131, 190, 321, 407,
+    433, 434, 435, 436, 437, 438, 439, 440, 441, 442, 443, 444, 445, 446,
+})
+_CODE = re.compile(r"Code: (\d+)")
+
+
+class InsertFailed(Exception):
+    def __init__(self, message: str, permanent: bool):
+        super().__init__(message)
+        self.permanent = permanent
+
+
+class ClickHouseSink:
+    """Inserts framed OTLP batches into ``database.otel_traces`` on a ClickHouse HTTP server."""
+
+    def __init__(self, dsn: str, store_content: bool = False, timeout_seconds: float = 30.0):
+        if not dsn.startswith(("http://", "https://")):
+            raise ValueError(f"clickhouse.dsn {dsn!r}: the receiver writes to a ClickHouse server over HTTP; "
+                             "run `infersight up` (embedded server) or set an http:// DSN")
+        parts = urlsplit(dsn)
+        self.dsn = dsn
+        self.database = parts.path.strip("/") or "default"
+        self.timeout = timeout_seconds
+        self.query = ingest_sql.insert_query(self.database, store_content)
+        self._client = None
+        self._dedup_ready = False
+
+    def insert(self, framed: bytes, token: str) -> float:
+        """Insert one batch; returns the seconds it took. Raises :class:`InsertFailed`."""
+        try:
+            client = self._connect()
+            if not self._dedup_ready:
+                self.ensure_deduplication(client)
+                self._dedup_ready = True
+            started = time.perf_counter()
+            client.command(self.query, data=framed, settings=ingest_sql.settings(token))
+            return time.perf_counter() - started
+        except InsertFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every client error is sorted into transient or permanent
+            raise self._classify(exc) from None
+
+    def ensure_deduplication(self, client) -> list[str]:
+        """Set ``non_replicated_deduplication_window`` on plain MergeTree tables that lack it."""
+        rows = client.query(
+            "SELECT name, engine, create_table_query FROM system.tables WHERE database = {db:String} "
+            "AND name IN {names:Array(String)}", parameters={"db": self.database, "names": list(DEDUP_TABLES)},
+        ).result_rows
+        altered = []
+        for name, engine, create in rows:
+            if engine.startswith("Replicated") or "MergeTree" not in engine:
+                continue  # replicated tables deduplicate by default
+            if "non_replicated_deduplication_window" in create:
+                continue
+            client.command(f"ALTER TABLE {ddl.identifier(self.database)}.{ddl.identifier(name)} "
+                           f"MODIFY SETTING non_replicated_deduplication_window = {DEDUP_WINDOW}")
+            altered.append(name)
+        return altered
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection
+                pass
+            self._client = None
+
+    def _connect(self):
+        if self._client is None:
+            import clickhouse_connect
+
+            parts = urlsplit(self.dsn)
+            default_port = 8443 if parts.scheme == "https" else 8123
+            self._client = clickhouse_connect.get_client(
+                interface=parts.scheme, host=parts.hostname, port=parts.port or default_port,
+                username=parts.username or "default", password=parts.password or "", database="default",
+                connect_timeout=5, send_receive_timeout=self.timeout, autogenerate_session_id=False,
+            )
+        return self._client
+
+    def _classify(self, exc: Exception) -> InsertFailed:
+        text = str(exc)
+        match = _CODE.search(text)
+        permanent = bool(match) and int(match.group(1)) in PERMANENT_CODES
+        if not permanent:
+            # The server may be a new process: reconnect and check deduplication again next time.
+            self.close()
+            self._dedup_ready = False
+        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        return InsertFailed(first[:500], permanent)

@@ -1,0 +1,323 @@
+"""The batching writer: requests in, acknowledged only once in ClickHouse or in the spool.
+
+Receivers call :meth:`Writer.submit` with a checked request and await the returned future; it
+resolves when the request's batch has been inserted or durably spooled, and only then does the
+client get 200 / OK. One writer thread:
+
+1. gathers requests into a batch until ``batch_rows`` spans, ``batch_bytes`` or ``batch_seconds``;
+2. inserts it with a deduplication token derived from its bytes (a retry or a replay of the same
+   batch is stored once), retrying transient failures with exponential backoff and jitter;
+3. when ClickHouse stays unreachable, appends the batch to the spool (fsync'd) and acknowledges;
+   while the spool holds anything, new batches join it behind the old ones, and the spool is
+   replayed oldest-first as soon as ClickHouse answers again;
+4. when ClickHouse refuses a batch's data outright, inserts its requests one by one so that only the
+   bad request fails (HTTP 400 / INVALID_ARGUMENT) and the rest are stored.
+
+Memory is bounded by ``queue_max_spans``: beyond it :meth:`submit` raises :class:`QueueFull`
+(HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from infersight.pipelines.receiver.ingest_sql import frame, unframe
+from infersight.pipelines.receiver.metrics import PipelineMetrics
+from infersight.pipelines.receiver.sink import InsertFailed
+from infersight.pipelines.receiver.spool import Spool, SpooledBatch, SpoolFull
+
+log = logging.getLogger("infersight.receiver")
+
+
+class QueueFull(RuntimeError):
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Unavailable(RuntimeError):
+    """Neither ClickHouse nor the spool could take the batch: the request is not acknowledged."""
+
+
+class Refused(ValueError):
+    """ClickHouse refuses this request's data itself (it would fail on every retry)."""
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    batch_rows: int = 50_000
+    batch_bytes: int = 16 * 1024 * 1024
+    batch_seconds: float = 1.0
+    queue_max_spans: int = 200_000
+    insert_attempts: int = 3
+    retry_initial_seconds: float = 0.2
+    retry_max_seconds: float = 5.0
+
+    @classmethod
+    def from_config(cls, pipeline) -> WriterOptions:
+        return cls(**{name: getattr(pipeline, name) for name in cls.__dataclass_fields__})
+
+
+@dataclass
+class _Request:
+    payload: bytes
+    spans: int
+    future: Future = field(default_factory=Future)
+    received: float = field(default_factory=time.monotonic)
+
+
+class Writer:
+    def __init__(self, sink, spool: Spool, options: WriterOptions, metrics: PipelineMetrics | None = None):
+        self.sink = sink
+        self.spool = spool
+        self.options = options
+        self.metrics = metrics or PipelineMetrics()
+        self._queue: deque[_Request] = deque()
+        self._queued_bytes = 0
+        self._pending_spans = 0  # queued + being written, for the memory bound
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._replay_failures = 0
+        self._next_replay = 0.0
+        self._corrupt_counted = 0
+        self._update_spool_gauges()
+
+    # -- the receivers' side ------------------------------------------------------------
+    def submit(self, payload: bytes, spans: int) -> Future:
+        """Queue one checked request; the future resolves when it is stored (or fails)."""
+        request = _Request(payload, spans)
+        with self._cond:
+            if self._stopping:
+                raise Unavailable("the receiver is shutting down")
+            if self._pending_spans + spans > self.options.queue_max_spans and self._pending_spans > 0:
+                raise QueueFull(f"{self._pending_spans} spans already waiting (pipeline.queue_max_spans="
+                                f"{self.options.queue_max_spans})", retry_after=self._retry_after())
+            self._queue.append(request)
+            self._queued_bytes += len(payload)
+            self._pending_spans += spans
+            self.metrics.queue_depth.set(self._pending_spans)
+            self._cond.notify()
+        return request.future
+
+    @property
+    def pending_spans(self) -> int:
+        return self._pending_spans
+
+    def start(self) -> Writer:
+        self._thread = threading.Thread(target=self._run, name="infersight-writer", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Write (or spool) what is queued, then stop."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.sink.close()
+
+    # -- the writer thread --------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if batch:
+                try:
+                    self._write(batch)
+                except Exception as exc:  # noqa: BLE001 - never leave a client waiting forever
+                    log.exception("writer: unexpected error")
+                    self._fail(batch, Unavailable(f"internal error: {exc}"))
+            if self.spool and time.monotonic() >= self._next_replay and not self._stopping:
+                self._replay()
+            with self._cond:
+                if self._stopping and not self._queue:
+                    return
+
+    def _take_batch(self) -> list[_Request]:
+        opts = self.options
+        with self._cond:
+            while True:
+                if self._queue:
+                    full = self._queued_rows() >= opts.batch_rows or self._queued_bytes >= opts.batch_bytes
+                    age = time.monotonic() - self._queue[0].received
+                    if full or age >= opts.batch_seconds or self._stopping:
+                        break
+                    wait = opts.batch_seconds - age
+                elif self._stopping:
+                    return []
+                else:
+                    wait = opts.batch_seconds
+                if self.spool:
+                    replay_in = self._next_replay - time.monotonic()
+                    if replay_in <= 0:
+                        return []
+                    wait = min(wait, replay_in)
+                self._cond.wait(wait)
+            batch, rows, size = [], 0, 0
+            while self._queue and (not batch or (rows + self._queue[0].spans <= opts.batch_rows
+                                                 and size + len(self._queue[0].payload) <= opts.batch_bytes)):
+                request = self._queue.popleft()
+                batch.append(request)
+                rows += request.spans
+                size += len(request.payload)
+            self._queued_bytes -= size
+            return batch
+
+    def _queued_rows(self) -> int:
+        return self._pending_spans  # close enough: the batch being written is no longer waiting
+
+    def _write(self, batch: list[_Request]) -> None:
+        framed = frame([r.payload for r in batch])
+        token = batch_token(framed)
+        spans = sum(r.spans for r in batch)
+        if self.spool:  # keep arrival order: newer batches wait behind the spooled ones
+            self._to_spool(batch, framed, token, spans)
+            return
+        try:
+            self._insert_with_retries(framed, token, spans)
+        except InsertFailed as exc:
+            if exc.permanent:
+                self._write_one_by_one(batch, token, exc)
+            else:
+                log.warning("writer: ClickHouse unavailable after %d attempts (%s); spooling %d spans",
+                            self.options.insert_attempts, exc, spans)
+                self._to_spool(batch, framed, token, spans)
+            return
+        self._done(batch)
+
+    def _insert_with_retries(self, framed: bytes, token: str, spans: int) -> None:
+        for attempt in range(self.options.insert_attempts):
+            try:
+                seconds = self.sink.insert(framed, token)
+            except InsertFailed as exc:
+                self.metrics.insert_errors.labels(kind="permanent" if exc.permanent else "transient").inc()
+                if exc.permanent or attempt + 1 >= self.options.insert_attempts:
+                    raise
+                self.metrics.retries.inc()
+                time.sleep(self._backoff(attempt))
+                continue
+            self.metrics.insert_duration.observe(seconds)
+            self.metrics.batch_rows.observe(spans)
+            return
+
+    def _write_one_by_one(self, batch: list[_Request], token: str, cause: InsertFailed) -> None:
+        """Isolate the request(s) ClickHouse refuses; store the others."""
+        leftovers = []
+        for index, request in enumerate(batch):
+            try:
+                self.sink.insert(frame([request.payload]), f"{token}.{index}")
+            except InsertFailed as exc:
+                if exc.permanent:
+                    self._fail([request], Refused(f"ClickHouse refused the data: {exc}"))
+                else:
+                    leftovers.append(request)
+                continue
+            self._done([request])
+        if leftovers:
+            framed = frame([r.payload for r in leftovers])
+            self._to_spool(leftovers, framed, batch_token(framed), sum(r.spans for r in leftovers))
+        log.warning("writer: a batch was refused (%s); stored its requests one by one", cause)
+
+    def _to_spool(self, batch: list[_Request], framed: bytes, token: str, spans: int) -> None:
+        try:
+            self.spool.append(token, spans, framed)
+        except (SpoolFull, OSError) as exc:
+            self._fail(batch, Unavailable(f"ClickHouse is unreachable and the spool cannot take more: {exc}"))
+            return
+        self.metrics.spooled.inc()
+        self._update_spool_gauges()
+        self._done(batch)
+
+    def _replay(self) -> None:
+        """Replay spooled batches oldest-first until the spool is empty, ClickHouse fails, or new
+        requests have waited a full batch interval."""
+        while not self._stopping:
+            spooled = self.spool.oldest()
+            self._update_spool_gauges()
+            if spooled is None:
+                self._replay_failures = 0
+                return
+            try:
+                seconds = self.sink.insert(spooled.payload, spooled.token)
+            except InsertFailed as exc:
+                self.metrics.insert_errors.labels(kind="permanent" if exc.permanent else "transient").inc()
+                if exc.permanent:
+                    self._replay_one_by_one(spooled, exc)
+                    continue
+                self._replay_failures += 1
+                self._next_replay = time.monotonic() + self._backoff(self._replay_failures - 1)
+                return
+            self.metrics.insert_duration.observe(seconds)
+            self.metrics.batch_rows.observe(spooled.spans)
+            self.spool.remove(spooled)
+            self.metrics.replayed.inc()
+            self._replay_failures = 0
+            self._update_spool_gauges()
+            with self._cond:
+                if self._queue and time.monotonic() - self._queue[0].received >= self.options.batch_seconds:
+                    return
+
+    def _replay_one_by_one(self, spooled: SpooledBatch, cause: InsertFailed) -> None:
+        refused = []
+        for index, payload in enumerate(unframe(spooled.payload)):
+            try:
+                self.sink.insert(frame([payload]), f"{spooled.token}.{index}")
+            except InsertFailed as exc:
+                if not exc.permanent:
+                    self._next_replay = time.monotonic() + self._backoff(0)
+                    return  # try the whole split again later; stored parts deduplicate
+                refused.append(index)
+        if refused:
+            self.spool.reject(spooled, f"ClickHouse refused requests {refused} of this batch: {cause}")
+            self.metrics.spool_discarded.labels(reason="refused").inc()
+        else:
+            self.spool.remove(spooled)
+            self.metrics.replayed.inc()
+        self._update_spool_gauges()
+
+    # -- helpers ------------------------------------------------------------------------
+    def _done(self, batch: list[_Request]) -> None:
+        self._release(batch)
+        for request in batch:
+            if not request.future.done():
+                request.future.set_result(None)
+
+    def _fail(self, batch: list[_Request], error: Exception) -> None:
+        self._release(batch)
+        for request in batch:
+            if not request.future.done():
+                request.future.set_exception(error)
+
+    def _release(self, batch: list[_Request]) -> None:
+        with self._cond:
+            self._pending_spans -= sum(r.spans for r in batch)
+            self.metrics.queue_depth.set(self._pending_spans)
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with full jitter, capped: spreads retries of many receivers apart."""
+        ceiling = min(self.options.retry_max_seconds, self.options.retry_initial_seconds * (2 ** attempt))
+        return random.uniform(ceiling / 2, ceiling)
+
+    def _retry_after(self) -> float:
+        return max(1.0, 2 * self.options.batch_seconds)
+
+    def _update_spool_gauges(self) -> None:
+        self.metrics.spool_bytes.set(self.spool.bytes)
+        self.metrics.spool_batches.set(self.spool.batches)
+        corrupt = self.spool.corrupted - self._corrupt_counted
+        if corrupt > 0:
+            self.metrics.spool_discarded.labels(reason="corrupt").inc(corrupt)
+            self._corrupt_counted = self.spool.corrupted
+
+
+def batch_token(framed: bytes) -> str:
+    """The deduplication token: a digest of the batch's bytes, stable across retries, replays and restarts."""
+    return hashlib.blake2b(framed, digest_size=16).hexdigest()
