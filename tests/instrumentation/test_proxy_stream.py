@@ -6,6 +6,7 @@ continued, spans carry the GenAI attributes and /metrics serves the catalog metr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.request
 
@@ -155,3 +156,23 @@ def test_oversized_request_gets_413_and_harms_nothing():
             assert reply.choices[0].message.content.startswith("tok0")
     finally:
         stack.close()
+
+
+def test_concurrent_streams_do_not_mix(stack):
+    """Twenty streams at once (the async openai client): each gets its own tokens, all are counted."""
+
+    async def one(client: openai.AsyncOpenAI, tokens: int) -> str:
+        stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
+                                                      extra_body={"standin": {"tokens": tokens, "interval": 0.005}})
+        return "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
+
+    async def many() -> list[str]:
+        async with openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0) as client:
+            return await asyncio.gather(*(one(client, n) for n in range(1, 21)))
+
+    texts = asyncio.run(many())
+    assert texts == ["".join(f"tok{i} " for i in range(n)) for n in range(1, 21)]
+    labels = {"model": MODEL, "instance": stack.engine_url.removeprefix("http://")}
+    assert stack.metric(request_signals.REQUESTS, outcome="success", **labels) == 20
+    assert stack.metric(request_signals.OUTPUT_TOKENS, **labels) == sum(range(1, 21))
+    assert stack.metric(request_signals.IN_FLIGHT, **labels) == 0
