@@ -8,7 +8,8 @@ than inventing a value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass
 from typing import Protocol
 
 # The NVML clock-event (throttle) reasons the catalog exposes, in NVML's bit order.
@@ -82,15 +83,26 @@ class DeviceDown:
     error: DeviceError
 
 
-@dataclass
 class ErrorCounts:
-    """Failed calls by (gpu index or "", call name); the exporter's errors counter."""
+    """Failed calls by (gpu index or "", call name); the exporter's errors counter.
 
-    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    The sampler and the XID thread add while a scrape reads: a lock keeps both whole.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str], int] = {}
 
     def add(self, gpu: int | None, call: str) -> None:
         key = ("" if gpu is None else str(gpu), call)
-        self.counts[key] = self.counts.get(key, 0) + 1
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    @property
+    def counts(self) -> dict[tuple[str, str], int]:
+        """A copy: {(gpu, call): count}."""
+        with self._lock:
+            return dict(self._counts)
 
 
 class Backend(Protocol):

@@ -75,17 +75,18 @@ class Sampler:
         self._thread.start()
 
     def _run(self) -> None:
-        # Fixed cadence: the next pass is due one interval after the previous one was due,
-        # so sampling time does not drift the GPM window.
-        due = time.monotonic()
-        while not self._stop.is_set():
-            self.sample_once()
-            due += self.interval_seconds
+        # Fixed cadence: the next pass is due one interval after the previous one was due, so
+        # sampling time does not drift the GPM window. After a start-up pass, wait a full interval
+        # first: a window of a few milliseconds would give GPM rates that mean nothing.
+        due = time.monotonic() + (self.interval_seconds if self._snapshot is not None else 0.0)
+        while True:
             delay = due - time.monotonic()
             if delay < 0:  # fell behind (slow device calls): skip the missed slots
-                due = time.monotonic()
-                delay = 0
-            self._stop.wait(delay)
+                due, delay = time.monotonic(), 0.0
+            if self._stop.wait(delay):
+                return
+            self.sample_once()
+            due += self.interval_seconds
 
     def stop(self) -> None:
         self._stop.set()

@@ -8,11 +8,13 @@ error. Any other failure is counted and retried after a pause: the loop never en
 from __future__ import annotations
 
 import ctypes
+import logging
 import threading
 from typing import Any
 
 from infersight.collectors.gpu.readings import ErrorCounts
 
+log = logging.getLogger(__name__)
 RETRY_PAUSE_SECONDS = 1.0
 
 
@@ -47,13 +49,20 @@ class XidEventLoop:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.poll_once()
+            try:
+                self.poll_once()
+            except Exception:  # noqa: BLE001 - the loop must outlive any surprise; it is counted
+                log.exception("XID event loop error")
+                self.errors.add(None, "xid_event_loop")
+                self._stop.wait(RETRY_PAUSE_SECONDS)
 
     def poll_once(self) -> None:
         """Wait for one event (up to the timeout) and count it if it is an XID."""
         nvml = self.nvml
+        # nvmlEventSetWait_v2 where this pynvml has it (the v1 name is its older alias).
+        wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
         try:
-            data = nvml.nvmlEventSetWait_v2(self._event_set, self.wait_ms)
+            data = wait(self._event_set, self.wait_ms)
         except nvml.NVMLError as exc:
             if exc.value != nvml.NVML_ERROR_TIMEOUT:
                 self.errors.add(None, "nvmlEventSetWait")

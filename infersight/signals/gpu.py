@@ -73,7 +73,8 @@ COLLECTOR_SAMPLE_AGE = declare(
     "Seconds since the last sampling pass finished; past the stale limit every gpu_up reads 0.", PRODUCER)
 COLLECTOR_SCRAPE_DURATION = declare(
     "infersight_gpu_collector_scrape_duration_seconds", Kind.GAUGE, "seconds", COLLECTOR_LABELS,
-    "Duration of the previous /metrics rendering (a scrape never waits for sampling).", PRODUCER)
+    "Time the previous scrape spent building its series from the last sample (it never waits for sampling).",
+    PRODUCER)
 COLLECTOR_ERRORS = declare(
     "infersight_gpu_collector_errors_total", Kind.COUNTER, "", (*COLLECTOR_LABELS, "gpu", "call"),
     "Failed device calls, by GPU index and call (NVML function name, or the sim's); gpu=\"\" for "
