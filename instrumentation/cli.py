@@ -10,7 +10,8 @@ and traces without touching the engine. /v1/chat/completions and /v1/completions
 not) are relayed byte for byte and instrumented: every streamed chunk that carries tokens is
 timed, usage is read when present, the W3C traceparent is continued (or a trace started), spans
 go out over OTLP (tracing section of the config, or OTEL_* variables) and the catalog metrics
-are served on /metrics of the listen address. Every other path is relayed unchanged.
+are served on /metrics of the listen address (scrape the engine's own /metrics directly). An
+X-Request-Id header becomes the span's llm.request.id. Every other path is relayed unchanged.
 
 On a timeout the client gets an OpenAI-style error (HTTP 504, or a final SSE error event when
 the stream had started) and the upstream request is cancelled; so is it when the client leaves.

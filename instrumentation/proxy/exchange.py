@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 # The OpenAI-compatible endpoints the proxy instruments, and their GenAI operation names.
 INSTRUMENTED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
+# A gateway's request id (X-Request-Id) goes on the span as llm.request.id; bounded, it is caller data.
+MAX_REQUEST_ID_CHARS = 128
 # A failed write to the client (aiohttp raises ClientConnectionResetError, a ConnectionResetError):
 # the client went away.
 CLIENT_GONE = ConnectionError
@@ -73,8 +75,9 @@ class Exchange:
     async def run(self, body: bytes) -> web.StreamResponse:
         info = RequestInfo.parse(self.operation, body)
         context = self.context
+        request_id = self.request.headers.get("X-Request-Id", "")[:MAX_REQUEST_ID_CHARS] or None
         record = context.tracer.start(info.model, operation=info.operation, headers=self.request.headers,
-                                      instance=context.upstream_label, pool=context.pool,
+                                      request_id=request_id, instance=context.upstream_label, pool=context.pool,
                                       max_tokens=info.max_tokens)
         record.upstream()
         upstream: aiohttp.ClientResponse | None = None

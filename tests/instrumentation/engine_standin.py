@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 MODELS = ("standin-model",)
 
@@ -32,7 +33,7 @@ MODELS = ("standin-model",)
 @dataclass
 class Served:
     path: str
-    headers: dict[str, str]
+    headers: CIMultiDict[str]  # as received (names case-insensitive)
     body: dict
     sent: bytearray = field(default_factory=bytearray)
     cancelled: bool = False
@@ -59,7 +60,7 @@ class EngineStandin:
         except ValueError:  # as vLLM does: a 400 with the OpenAI error shape
             return web.json_response({"error": {"message": "request body is not JSON", "type": "BadRequestError",
                                                 "param": None, "code": 400}}, status=400)
-        served = Served(request.path, dict(request.headers), body)
+        served = Served(request.path, CIMultiDict(request.headers), body)
         self.served.append(served)
         plan = body.get("standin", {})
         try:

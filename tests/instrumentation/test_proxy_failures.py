@@ -18,7 +18,8 @@ from tests.instrumentation.proxy_harness import ProxyStack
 
 MODEL = "standin-model"
 MESSAGES = [{"role": "user", "content": "hello"}]
-FAST = Timeouts(ttft=0.3, idle=0.3, total=1.5)
+# Short enough for quick tests, with a 10x margin over the stand-in's normal 50 ms token interval.
+FAST = Timeouts(ttft=0.5, idle=0.5, total=2.0)
 
 
 @pytest.fixture

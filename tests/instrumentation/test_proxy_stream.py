@@ -103,6 +103,12 @@ def test_traceparent_is_continued(stack, client):
     assert sent == f"00-{trace_id}-{upstream.context.span_id:016x}-01"
 
 
+def test_gateway_request_id_is_kept(stack, client):
+    client.chat.completions.create(model=MODEL, messages=MESSAGES, extra_headers={"X-Request-Id": "gw-42"})
+    assert stack.wait_request_span().attributes[attr.REQUEST_ID] == "gw-42"
+    assert stack.engine.served[-1].headers["X-Request-Id"] == "gw-42"  # and the engine still sees it
+
+
 def test_traceparent_is_created(stack, client):
     list(client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True))
     span = stack.wait_request_span()
