@@ -1,0 +1,183 @@
+"""Rule generation without external tools: catalog closure, naming, runbooks, thresholds, bad input."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from infersight.alerts import templates
+from infersight.alerts.build import render_all
+from infersight.alerts.limits import AlertsConfigError, limits_from_config
+from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
+from infersight.alerts.promtests import test_file as make_test_file
+from infersight.alerts.recording import recording_rules
+from infersight.alerts.rules import all_alerts
+from infersight.alerts.series import histogram, le, observations_near, quantile
+from infersight.capacity import plan
+from infersight.config import ConfigError, parse_config
+from infersight.signals import CATALOG, request
+
+RUNBOOKS = Path(__file__).resolve().parents[2] / "alerts" / "runbooks"
+IDENTIFIER = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+RECORD_NAME = re.compile(r"^[a-z_]*:[a-z0-9_]+:[a-z0-9_]+$")
+OURS = re.compile(r"^(llm_|gpu_|infersight_|[a-z_]*:)")
+
+
+@pytest.fixture(scope="module")
+def limits():
+    return limits_from_config(parse_config({}))
+
+
+def _metric_names(expr: str) -> set[str]:
+    """Metric-like identifiers outside label matchers and strings."""
+    without_strings = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    without_matchers = re.sub(r"\{[^}]*\}", "", without_strings)
+    without_groupings = re.sub(r"\b(by|on|without|ignoring|group_left|group_right)\s*\([^)]*\)", "",
+                               without_matchers)
+    return {t for t in IDENTIFIER.findall(without_groupings) if OURS.match(t)}
+
+
+def test_every_series_a_rule_reads_is_produced(limits):
+    """The loop is closed: each name in a rule is a catalog series or a recording rule defined here."""
+    recorded = {r.record for r in recording_rules(limits)}
+    produced = {series for signal in CATALOG.values() for series in signal.series_names()}
+    exprs = [r.expr for r in recording_rules(limits)] + [a.expr for a in all_alerts(limits)]
+    used = set().union(*map(_metric_names, exprs))
+    assert used, "the name scan found nothing; it is broken"
+    assert used - recorded - produced == set()
+    # and every recording rule is used by some alert, or is one of the dashboard quantiles
+    unused = recorded - set().union(*(_metric_names(a.expr) for a in all_alerts(limits)))
+    assert all(":p" in name or name.endswith((":sum", ":avg30m", ":avg5m")) or "slo_errors" in name
+               for name in unused), unused
+
+
+def test_recording_rule_names_follow_level_metric_operations(limits):
+    names = [r.record for r in recording_rules(limits)]
+    assert len(names) == len(set(names))
+    for name in names:
+        assert RECORD_NAME.match(name), name
+    assert "model_instance_pool:llm_time_to_first_token_seconds:p99_rate5m" in names
+    assert "model_instance_pool:llm_time_per_output_token_seconds:p50_rate5m" in names
+
+
+def test_slo_errors_count_the_bucket_at_the_slo_bound():
+    custom = limits_from_config(parse_config({"slo": {"ttft_seconds": 0.5}}))
+    slo_rules = [r for r in recording_rules(custom) if "slo_errors" in r.record]
+    assert len(slo_rules) == 7
+    assert all(f'le="{le(0.5)}"' in r.expr for r in slo_rules)
+
+
+def test_alerts_carry_mixin_labels_and_annotations(limits):
+    alerts = all_alerts(limits)
+    assert {a.signal for a in alerts} == set(SignalClass)
+    keys = [(a.name, a.severity) for a in alerts]
+    assert len(keys) == len(set(keys))
+    for alert in alerts:
+        assert alert.severity in Severity and alert.signal in SignalClass
+        assert "{{" not in alert.summary, f"{alert.name}: the summary stays near-static"
+        assert "{{" in alert.description, f"{alert.name}: the description carries the numbers"
+        templates.render(alert.description, {}, 1.0)  # only the supported template forms
+
+
+def test_every_alert_has_a_runbook(limits):
+    files = render_all(parse_config({}))
+    for alert in all_alerts(limits):
+        runbook = RUNBOOKS / f"{alert.name}.md"
+        assert runbook.is_file(), f"write {runbook.name}"
+        text = runbook.read_text()
+        for section in ("## What it means", "## How to confirm", "## What to do"):
+            assert section in text, f"{runbook.name}: missing {section}"
+        url = f"{limits.runbook_base_url}/{alert.name}.md"
+        assert url in files[f"rules/{_file_of(alert)}.yml"]
+    assert {p.stem for p in RUNBOOKS.glob("*.md")} == {a.name for a in all_alerts(limits)}, "stale runbooks"
+
+
+def _file_of(alert: Alert) -> str:
+    from infersight.alerts.rules import MODULES
+
+    return next(name for name, module in MODULES.items() if alert.name in {a.name for a in module.alerts(
+        limits_from_config(parse_config({})))})
+
+
+def test_thresholds_follow_config_and_capacity_model():
+    config = parse_config({"capacity": {"gpu": "H200", "target_tokens_per_s": 30},
+                           "thresholds": {"gateway_queue_depth": 80}, "cluster": "eu"})
+    cap = config.capacity
+    per_instance = plan(cap.model, cap.gpu_spec(), context_tokens=cap.context_tokens,
+                        target_tokens_per_s=30).max_concurrent_requests_at_target
+    alerts = {a.name: a for a in all_alerts(limits_from_config(config))}
+    assert alerts["LLMInstanceOverloaded"].expr.endswith(f"> {2 * per_instance}")
+    assert f"* {per_instance})" in alerts["LLMDemandForecastOverCapacity"].expr
+    assert alerts["LLMGatewayQueueHigh"].expr.endswith("> 80")
+    assert alerts["LLMRetryStorm"].static_labels("eu")["cluster"] == "eu"
+    page = next(a for a in all_alerts(limits_from_config(config)) if a.severity is Severity.CRITICAL
+                and a.name == "LLMTTFTErrorBudgetBurn")
+    assert "> 0.144" in page.expr and "> 0.06" in page.expr and page.expr.endswith("/ 0.01")
+
+
+def test_half_open_label_on_the_instance_breaker(limits):
+    alert = next(a for a in all_alerts(limits) if a.name == "LLMInstanceTTFTP99High")
+    assert alert.static_labels("x")["action"] == "half_open"
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"slo": {"ttft_objective": 0.9}}, ["slo.ttft_objective 0.9", "could never fire", "0.99"]),
+    ({"thresholds": {"instance_p99_ttft_seconds": 12}}, ["instance_p99_ttft_seconds 12", "largest finite bucket"]),
+    ({"slo": {"ttft_p95_seconds": 10}}, ["slo.ttft_p95_seconds 10", "largest finite bucket"]),
+    ({"thresholds": {"cold_start_minutes": 2}}, ["cold_start_minutes 2", "5 or more"]),
+    ({"capacity": {"target_tokens_per_s": 400}}, ["serves no request", "capacity.target_tokens_per_s"]),
+])
+def test_settings_that_break_alerts_are_refused(data, words, tmp_path):
+    with pytest.raises(AlertsConfigError) as err:
+        render_all(parse_config(data))
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_ttft_slo_must_be_a_bucket_bound():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"slo": {"ttft_seconds": 0.9}})
+    message = str(err.value)
+    assert "slo.ttft_seconds" in message and "bucket boundary" in message and "0.75, 1, 2.5" in message
+    assert parse_config({"slo": {"ttft_seconds": 2.5}}).slo.ttft_seconds == 2.5
+
+
+def test_an_alert_without_a_silent_case_is_refused(limits):
+    alert = Alert("X", "vector(1)", Severity.INFO, SignalClass.GPU, "s", "d {{ $value | printf \"%.1f\" }}",
+                  cases=[Case("fires", [], 1, [Expected({})])])
+    with pytest.raises(ValueError, match="firing and a silent case.*X"):
+        make_test_file(limits, [alert], [])
+
+
+def test_template_rendering_matches_prometheus_forms():
+    text = 'p99 of {{ $labels.instance }} is {{ $value | printf "%.2f" }}s; {{ $value | humanizePercentage }}'
+    assert templates.render(text, {"instance": "i1"}, 0.4567) == "p99 of i1 is 0.46s; 45.67%"
+    assert templates.render("{{ $labels.missing }}-", {}, 0) == "-"
+    assert templates.render("{{ $value | humanizePercentage }}", {}, 0.3) == "30%"
+    with pytest.raises(templates.TemplateError, match="unsupported"):
+        templates.render("{{ $value | humanize }}", {}, 1.0)
+    with pytest.raises(templates.TemplateError, match="rounding edge"):
+        templates.check_clear_of_rounding('{{ $value | printf "%.2f" }}', 0.125)
+    templates.check_clear_of_rounding('{{ $value | printf "%.2f" }}', 0.1249)
+
+
+def test_histogram_quantile_model_by_hand():
+    buckets = (0.5, 1.0, 2.5)
+    # 70 at 0.5, 30 in (0.5, 1.0]: rank 95 sits 25 of 30 into the second bucket
+    assert quantile(buckets, {0.5: 70, 1.0: 30}, 0.95) == pytest.approx(0.5 + 0.5 * 25 / 30)
+    assert quantile(buckets, {0.25: 100}, 0.5) == pytest.approx(0.25)  # first bucket starts at 0
+    assert quantile(buckets, {float("inf"): 100}, 0.99) == 2.5  # +Inf: highest finite bound
+    obs = observations_near(request.TTFT.buckets, 0.99, 6.0)
+    assert quantile(request.TTFT.buckets, obs, 0.99) == pytest.approx(6.0, rel=0.01)
+
+
+def test_histogram_series_are_cumulative():
+    series = {s.selector: s.values for s in histogram(request.TTFT, {"model": "m"}, [({0.5: 3, 2.5: 1}, 10)])}
+    bucket = lambda bound: series[request.TTFT.bucket(model="m", le=bound)]  # noqa: E731
+    assert bucket("0.25") == "0+0x9"
+    assert bucket("0.5") == "0+3x9" and bucket("1.0") == "0+3x9" and bucket("2.5") == "0+4x9"
+    assert bucket("+Inf") == "0+4x9"
+    assert series[request.TTFT.count(model="m")] == "0+4x9"
+    assert series[request.TTFT.sum(model="m")] == "0+4x9"  # 3 x 0.5 + 1 x 2.5 a minute
