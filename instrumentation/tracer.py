@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ from infersight.instrumentation.metrics import RequestMetrics
 from infersight.instrumentation.propagation import extract_context, format_traceparent, inject_context
 
 _now = time.perf_counter_ns
+log = logging.getLogger(__name__)
 OUTCOMES = ("success", "error", "cancelled", "timeout", "rejected")
 TIMEOUT_KINDS = ("ttft", "total", "idle")
 SCOPE = "infersight.instrumentation"
@@ -308,6 +310,18 @@ class RequestContext:
         """One output token (or one streamed chunk) arrived now. About 100 ns: one list append."""
         self._times.append(_now())
 
+    def token_sink(self) -> Callable[[int], None]:
+        """The raw hot path for tight loops, about 40 ns cheaper per token than :meth:`token`::
+
+            record = req.token_sink()
+            for chunk in stream:
+                record(time.perf_counter_ns())   # must be perf_counter_ns: the tracer's clock
+
+        Readings from another clock are detected at the end (outside the request's time span),
+        logged, and the timeline is discarded rather than exported as nonsense.
+        """
+        return self._times.append
+
     def tokens(self, count: int) -> None:
         """``count`` tokens arrived together now (a chunk carrying several tokens)."""
         if count > 0:
@@ -393,6 +407,10 @@ class RequestContext:
         if cached_input_tokens is None:
             cached_input_tokens = self._cached_input_tokens
         metrics, times = self._tracer.metrics, self._times
+        if times and (times[0] < self._start_ns or times[-1] > end_ns):
+            log.warning("%s: token times outside the request (not time.perf_counter_ns readings?); "
+                        "timeline discarded", self.model)
+            times = self._times = []
         bundle = metrics.bundle(self.model, self.instance, self.pool, self.strategy)
         count = len(times)
         gaps = None

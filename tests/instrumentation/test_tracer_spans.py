@@ -334,3 +334,27 @@ def test_concurrent_requests_from_many_threads_keep_metrics_consistent():
                for r in ("random", "timeout", "not_kept", "slow_ttft", "slow_e2e"))
     assert kept == 600
     assert len(traced.by_name(f"chat {MODEL}")) == 600
+
+
+def test_token_sink_records_like_token():
+    traced = make_traced(random_share=1.0)
+    req = traced.tracer.start(MODEL)
+    record = req.token_sink()
+    for _ in range(3):
+        record(time.perf_counter_ns())
+    summary = req.finish("stop")
+    assert summary.token_count == 3 and len(summary.offsets_us) == 3 and summary.ttft_s > 0
+
+
+def test_readings_from_the_wrong_clock_are_discarded_not_exported(caplog):
+    traced = make_traced(random_share=1.0)
+    req = traced.tracer.start(MODEL, instance="e0")
+    record = req.token_sink()
+    record(time.time_ns())  # wall clock, not perf_counter_ns: far outside the request
+    summary = req.finish("stop", output_tokens=1)
+    assert summary.token_count == 0 and summary.ttft_s is None and summary.offsets_us is None
+    assert "timeline discarded" in caplog.text
+    span = traced.one(f"chat {MODEL}")
+    assert attr.TOKEN_OFFSETS_US not in span.attributes and span.attributes[attr.REQUEST_OUTCOME] == "success"
+    assert traced.metric("llm_time_to_first_token_seconds_count", model=MODEL, instance="e0", pool="",
+                         strategy="") == 0
