@@ -91,10 +91,7 @@ def run(args, config) -> int:
         if endpoint and not endpoint.startswith(("http://", "https://")):
             raise UsageError(f"--otlp-endpoint {endpoint!r}: expected a URL like http://127.0.0.1:4318")
         backend = _build_backend(args, config, node)
-    except UsageError as exc:
-        print(f"infersight collect gpu: {exc}", file=sys.stderr)
-        return 2
-    except BackendUnavailable as exc:
+    except (UsageError, BackendUnavailable) as exc:
         print(f"infersight collect gpu: {exc}", file=sys.stderr)
         return 2
     exporter = GPUExporter(backend, node, interval, config.gpus.stale_after_seconds)
