@@ -127,10 +127,16 @@ class EngineCollector(Collector):
             family.samples = samples
             families.append(family)
 
-        up, duration = sig.UP.family(), sig.SCRAPE_DURATION.family()
+        up, duration, gpus = sig.UP.family(), sig.SCRAPE_DURATION.family(), sig.GPU_INFO.family()
         for r in cycle.results:
             up.add_metric([r.target.name, r.engine], 1.0 if r.up else 0.0)
             duration.add_metric([r.target.name, r.engine], r.seconds)
+            t = r.target
+            if r.normalized and t.node and t.gpu:
+                for index in filter(None, (g.strip() for g in t.gpu.split(","))):
+                    gpus.add_metric([t.name, r.engine, r.normalized.model, t.pool, t.node, index], 1.0)
+        if gpus.samples:
+            families.append(gpus)
         errors = sig.SCRAPE_ERRORS.family()
         for (target, reason), count in sorted(self._errors.items()):
             errors.add_metric([target, reason], count)

@@ -52,6 +52,7 @@ class Normalized:
     samples: dict[Signal, list[Sample]]
     dropped_duplicates: int = 0
     dropped_incomplete: int = 0  # histogram series without a +Inf bucket
+    model: str = ""  # the target's model: configured, else the first model label the engine exposed
 
     def series_count(self) -> int:
         return sum(len(s) for s in self.samples.values())
@@ -163,7 +164,8 @@ class _Mapper:
                 self._emit(signal, signal.name, self._labels(engine_labels, ()), value)
         incomplete = sum(_drop_incomplete_histograms(samples) for signal, samples in self.out.items()
                          if signal.kind is Kind.HISTOGRAM)
-        return Normalized(self.spec.name, {k: v for k, v in self.out.items() if v}, self.duplicates, incomplete)
+        return Normalized(self.spec.name, {k: v for k, v in self.out.items() if v}, self.duplicates, incomplete,
+                          self.default_model)
 
     def _first_model(self) -> str:
         for samples in self.families.values():

@@ -67,3 +67,8 @@ PREFILL_TIME = declare("llm_engine_prefill_time_seconds", Kind.HISTOGRAM, "secon
                        "Time requests spent in prefill.", PRODUCER, REQUEST_LATENCY_BUCKETS)
 DECODE_TIME = declare("llm_engine_decode_time_seconds", Kind.HISTOGRAM, "seconds", ENGINE_LABELS,
                       "Time requests spent in decode.", PRODUCER, REQUEST_LATENCY_BUCKETS)
+GPU_INFO = declare("llm_engine_gpu_info", Kind.GAUGE, "", ("target", "engine", "model", "pool", "node", "gpu"),
+                   "1 for each GPU an engine target runs on (its configured node and gpu list), while the "
+                   "target is up: join with gpu_* series, e.g. "
+                   "llm_engine_gpu_info * on (node, gpu) group_left rate(gpu_energy_joules_total[5m]).",
+                   PRODUCER)

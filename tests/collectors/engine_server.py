@@ -21,6 +21,10 @@ class Route:
     trickle: float = 0.0  # seconds between single bytes of the body
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 128  # socketserver's default of 5 drops concurrent connects: the collector's are many
+
+
 class EngineServer:
     def __init__(self) -> None:
         self.routes: dict[str, Route] = {}
@@ -55,7 +59,7 @@ class EngineServer:
             def log_message(self, *args) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

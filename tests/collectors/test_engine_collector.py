@@ -55,7 +55,7 @@ def test_each_failure_is_isolated_and_reported(server):
         Target(server.add("/node", "# TYPE node_load1 gauge\nnode_load1 1\n"), name="not-an-engine"),
         Target("http://127.0.0.1:1/metrics", name="refused"),
     ]
-    collector = EngineCollector(targets, timeout=0.5, max_bytes=len(VLLM) * 2)
+    collector = EngineCollector(targets, timeout=1.0, max_bytes=len(VLLM) * 2)
     try:
         cycle = collector.run_cycle()
         reasons = {r.target.name: r.reason for r in cycle.results}
@@ -81,6 +81,9 @@ def test_each_failure_is_isolated_and_reported(server):
     assert errors[("slow", "timeout")] == 2 and errors[("refused", "down")] == 2  # two cycles
     assert not any(target.startswith("good") for target, _ in errors)
     assert samples[sig.TARGETS.name][0].value == len(targets)
+    # Only a live target with node and gpu configured gets its GPU-join series.
+    assert [(s.labels["target"], s.labels["node"], s.labels["gpu"], s.labels["model"])
+            for s in samples[sig.GPU_INFO.name]] == [("good-vllm", "n1", "0", "Qwen/Qwen3-8B")]
     assert set(by_target(samples, sig.SCRAPE_DURATION.name)) == set(reasons)
 
 

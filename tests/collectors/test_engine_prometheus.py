@@ -105,6 +105,12 @@ def test_prometheus_computes_hit_rate_and_energy_per_token(engines, collector, g
     tokens = f"sum by (node) (irate({sig.GENERATION_TOKENS.select(node='n1')}[10s]))"
     joules_per_token = 2 * WATTS_PER_GPU / TOKENS_PER_SECOND
     assert first_number(prom, f"{energy} / {tokens}") == pytest.approx(joules_per_token, rel=0.1)
+    # Per engine target, through the GPU list it runs on (llm_engine_gpu_info on the "many" side,
+    # so GPUs shared by several targets still join).
+    target_energy = (f"sum by (target) ({sig.GPU_INFO.select()} * on (node, gpu) group_left "
+                     f"irate({gpu.ENERGY.select()}[10s]))")
+    target_tokens = f"sum by (target) (irate({sig.GENERATION_TOKENS.select()}[10s]))"
+    assert first_number(prom, f"{target_energy} / {target_tokens}") == pytest.approx(joules_per_token, rel=0.1)
 
     up = {r["metric"]["target"]: r["value"][1] for r in prom.wait_for(sig.UP.select())}
     assert up == {f"127.0.0.1:{engines.port}/live": "1", "127.0.0.1:1": "0"}
