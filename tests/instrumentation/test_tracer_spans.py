@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 from infersight import attributes as attr
-from infersight.instrumentation import Candidate, extract_context
+from infersight.instrumentation import Candidate, RequestTracer, extract_context
 from tests.instrumentation.tracing_helpers import make_traced
 
 MODEL = "llama-3-8b"
@@ -358,3 +358,16 @@ def test_readings_from_the_wrong_clock_are_discarded_not_exported(caplog):
     assert attr.TOKEN_OFFSETS_US not in span.attributes and span.attributes[attr.REQUEST_OUTCOME] == "success"
     assert traced.metric("llm_time_to_first_token_seconds_count", model=MODEL, instance="e0", pool="",
                          strategy="") == 0
+
+
+def test_metrics_only_without_any_tracing_setup():
+    from opentelemetry.trace import NoOpTracerProvider
+
+    tracer = RequestTracer(tracer_provider=NoOpTracerProvider())
+    with tracer.start(MODEL, instance="e0") as req:
+        assert req.inject({}) == {}  # no trace to propagate
+        req.token()
+        summary = req.finish("stop")
+    assert summary.outcome == "success" and summary.token_count == 1
+    assert tracer.registry.get_sample_value("llm_requests_total", dict(model=MODEL, instance="e0", pool="",
+                                                                       strategy="", outcome="success")) == 1
