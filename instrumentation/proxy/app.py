@@ -66,7 +66,9 @@ def build_app(context: ProxyContext) -> web.Application:
             auto_decompress=False,  # relay bytes as the upstream sent them
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_SECONDS),
             connector=aiohttp.TCPConnector(limit=0, force_close=False),
-            skip_auto_headers=("User-Agent",),
+            # Send only what the client sent: aiohttp would otherwise add its own User-Agent, Accept and
+            # Accept-Encoding (gzip), and the client could get a compressed body it never asked for.
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
         )
         yield
         await context.session.close()

@@ -59,7 +59,7 @@ class RequestInfo:
 
 
 class Exchange:
-    """Forwards one request on an instrumented path and records it through ``context.recorder``."""
+    """Forwards one request on an instrumented path and records it through ``context.tracer``."""
 
     def __init__(self, context: ProxyContext, request: web.Request, operation: str) -> None:
         self.context = context
@@ -83,7 +83,7 @@ class Exchange:
         upstream: aiohttp.ClientResponse | None = None
         try:
             upstream = await self._send(body, record.inject({}))
-            if upstream.status != 200:
+            if not 200 <= upstream.status < 300:
                 return await self._relay_unsuccessful(upstream, record)
             content_type = upstream.headers.get("Content-Type", "")
             if content_type.startswith("text/event-stream") or (info.stream and "json" not in content_type):

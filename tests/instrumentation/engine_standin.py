@@ -52,7 +52,9 @@ class EngineStandin:
         return app
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+        response = web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+        response.enable_compression()  # gzip when the client accepts it, as servers behind nginx do
+        return response
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:

@@ -7,6 +7,8 @@ continued, spans carry the GenAI attributes and /metrics serves the catalog metr
 from __future__ import annotations
 
 import asyncio
+import gzip
+import http.client
 import json
 import urllib.request
 
@@ -182,3 +184,19 @@ def test_concurrent_streams_do_not_mix(stack):
     assert stack.metric(request_signals.REQUESTS, outcome="success", **labels) == 20
     assert stack.metric(request_signals.OUTPUT_TOKENS, **labels) == sum(range(1, 21))
     assert stack.metric(request_signals.IN_FLIGHT, **labels) == 0
+
+
+def test_passthrough_keeps_the_clients_encoding_choice(stack):
+    """No Accept-Encoding from the client: no gzip from the proxy. Asked for gzip: gzip, relayed as is."""
+    host, port = stack.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    connection.putrequest("GET", "/v1/models", skip_accept_encoding=True)
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.getheader("Content-Encoding") is None
+    assert json.loads(response.read())["object"] == "list"
+    connection.request("GET", "/v1/models", headers={"Accept-Encoding": "gzip"})
+    response = connection.getresponse()
+    assert response.getheader("Content-Encoding") == "gzip"
+    assert json.loads(gzip.decompress(response.read()))["object"] == "list"
+    connection.close()
