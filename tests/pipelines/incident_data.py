@@ -7,6 +7,9 @@ requests decoding there stall for exactly 3 s; a request arriving on ``i-2`` dur
 2.5 s in the queue. At T0 + 7 min one request times out on ``i-2`` and is retried on ``i-1`` after a
 400 ms backoff.
 
+Tests send it with the OpenTelemetry SDK through the real receiver (OTLP/HTTP for the gateway,
+OTLP/gRPC for the engine), see otel_sdk.py; :func:`load` inserts the same spans directly instead.
+
 Spans follow the instrumentation's tree (infersight/instrumentation/tracer.py): per request a
 gateway request span ``chat <model>`` with ``gateway.queue``, ``gateway.route`` and one
 ``upstream`` span per attempt; under each upstream, the engine's request span (service ``vllm``)
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infersight import attributes as attr
+from tests.pipelines.otel_sdk import send_via_receiver
 from tests.pipelines.span_rows import insert_spans, span_row
 
 MODEL = "llama-3-70b"
@@ -133,8 +137,14 @@ def build(t0: dt.datetime) -> Incident:
     return Incident(t0, requests)
 
 
-def spans(request: Request) -> list[list]:
-    """The request's spans as otel_traces rows."""
+def spec(start: dt.datetime, trace_id: str, span_id: str, name: str, duration_ms: float, service: str = "gateway",
+         parent: str = "", attributes: dict[str, Any] | None = None, status: str = "Ok", kind: str = "Server"):
+    return {"start": start, "trace_id": trace_id, "span_id": span_id, "name": name, "duration_ms": duration_ms,
+            "service": service, "parent": parent, "attributes": attributes or {}, "status": status, "kind": kind}
+
+
+def spans(request: Request) -> list[dict[str, Any]]:
+    """The request's spans, as keyword arguments of :func:`span_row`."""
     trace, start, rid = request.trace_id, request.start, request.request_id
     ms = lambda v: dt.timedelta(milliseconds=v)  # noqa: E731
     sid = lambda name: _hex(f"span:{rid}:{name}", 16)  # noqa: E731
@@ -143,10 +153,10 @@ def spans(request: Request) -> list[list]:
     offsets = request.offsets_us()
     summary = request.summary_attributes()
     rows = [
-        span_row(start, trace, gateway, f"chat {MODEL}", request.e2e_ms, "gateway",
+        spec(start, trace, gateway, f"chat {MODEL}", request.e2e_ms, "gateway",
                  attributes=summary | ({attr.TOKEN_OFFSETS_US: offsets} if offsets else {}), status=gateway_status),
-        span_row(start, trace, sid("queue"), attr.SPAN_GATEWAY_QUEUE, 1.0, "gateway", gateway, kind="Internal"),
-        span_row(start + ms(1), trace, sid("route"), attr.SPAN_ROUTING, 0.5, "gateway", gateway, kind="Internal",
+        spec(start, trace, sid("queue"), attr.SPAN_GATEWAY_QUEUE, 1.0, "gateway", gateway, kind="Internal"),
+        spec(start + ms(1), trace, sid("route"), attr.SPAN_ROUTING, 0.5, "gateway", gateway, kind="Internal",
                  attributes={attr.INSTANCE: request.instance, attr.RETRY_ATTEMPT: 0,
                              attr.ROUTING_STRATEGY: "least_conn", attr.ROUTING_PREFIX_CACHE_RATIO: 0.64,
                              attr.ROUTING_CANDIDATES: [{"instance": i, "score": 0.5} for i in POOLS]}),
@@ -160,7 +170,7 @@ def spans(request: Request) -> list[list]:
             up_attrs[attr.RETRY_BACKOFF_MS] = request.backoff_ms
         if outcome != "success":
             up_attrs[attr.ERROR_TYPE] = outcome
-        rows.append(span_row(at, trace, upstream, attr.SPAN_UPSTREAM, duration, "gateway", gateway,
+        rows.append(spec(at, trace, upstream, attr.SPAN_UPSTREAM, duration, "gateway", gateway,
                              attributes=up_attrs, status="Ok" if outcome == "success" else "Error", kind="Client"))
         engine = sid(f"engine:{number}")
         since_start = (at - start).total_seconds() * 1000
@@ -171,30 +181,38 @@ def spans(request: Request) -> list[list]:
                          attr.RETRY_ATTEMPT: 0}
         if outcome == "success" and request.ttft_ms is not None:
             engine_attrs[attr.TTFT_MS] = ttft
-        rows.append(span_row(at, trace, engine, f"chat {MODEL}", duration, "vllm", upstream, attributes=engine_attrs,
+        rows.append(spec(at, trace, engine, f"chat {MODEL}", duration, "vllm", upstream, attributes=engine_attrs,
                              status="Ok" if outcome == "success" else "Error"))
-        rows.append(span_row(at, trace, sid(f"equeue:{number}"), attr.SPAN_ENGINE_QUEUE, request.queue_ms, "vllm",
+        rows.append(spec(at, trace, sid(f"equeue:{number}"), attr.SPAN_ENGINE_QUEUE, request.queue_ms, "vllm",
                              engine, kind="Internal"))
-        rows.append(span_row(at + ms(request.queue_ms), trace, sid(f"prefill:{number}"), attr.SPAN_PREFILL,
+        rows.append(spec(at + ms(request.queue_ms), trace, sid(f"prefill:{number}"), attr.SPAN_PREFILL,
                              ttft - request.queue_ms, "vllm", engine, kind="Internal",
                              attributes={attr.GEN_AI_USAGE_INPUT_TOKENS: request.input_tokens,
                                          attr.CACHED_INPUT_TOKENS: request.cached_tokens}))
         if outcome == "success" and offsets:
-            rows.append(span_row(at + ms(ttft), trace, sid(f"decode:{number}"), attr.SPAN_DECODE,
+            rows.append(spec(at + ms(ttft), trace, sid(f"decode:{number}"), attr.SPAN_DECODE,
                                  duration - ttft, "vllm", engine, kind="Internal"))
         at += ms(duration + (request.backoff_ms if number + 1 < len(attempts) else 0))
     return rows
 
 
+def all_specs(incident: Incident) -> list[dict[str, Any]]:
+    return [s for request in incident.requests.values() for s in spans(request)]
+
+
 def load(client, database: str, incident: Incident) -> int:
-    """Insert the incident as the Collector would; returns the number of spans."""
-    rows = [row for request in incident.requests.values() for row in spans(request)]
+    """Insert the incident directly, as the OTel Collector's exporter would; returns the number of spans."""
+    rows = [span_row(**s) for s in all_specs(incident)]
     insert_spans(client, database, rows)
     return len(rows)
 
 
-def loaded_database(server, name: str, t0: dt.datetime):
-    """Generator for module-scoped fixtures: a migrated database ``name`` holding the incident, dropped after."""
+def loaded_database(server, name: str, t0: dt.datetime, via: str = "receiver"):
+    """Generator for module-scoped fixtures: a migrated database ``name`` holding the incident, dropped after.
+
+    ``via="receiver"`` (the default) sends it with the OTel SDK through the real receiver;
+    ``via="rows"`` inserts the rows directly, as the Collector's exporter would.
+    """
     from infersight.pipelines.schema import migrations
     from infersight.pipelines.schema.ddl import SchemaOptions
 
@@ -202,6 +220,21 @@ def loaded_database(server, name: str, t0: dt.datetime):
     client.command(f"DROP DATABASE IF EXISTS `{name}` SYNC")
     migrations.migrate(client, SchemaOptions(database=name))
     incident = build(t0)
-    spans_loaded = load(client, name, incident)
+    spans_loaded = send_via_receiver(server, name, incident) if via == "receiver" else load(client, name, incident)
     yield client, name, incident, spans_loaded
     client.command(f"DROP DATABASE IF EXISTS `{name}` SYNC")
+
+
+_SHARED: dict[int, tuple] = {}
+SHARED_T0 = (dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=30)).replace(second=0, microsecond=0)
+
+
+def shared(server) -> tuple:
+    """(client, database, incident, spans): the incident sent once per session through the receiver.
+
+    The query, CLI and report tests only read it, so they share one load (about 4 s on 2 cores).
+    """
+    if id(server) not in _SHARED:
+        loader = loaded_database(server, "incident_shared", SHARED_T0)
+        _SHARED[id(server)] = next(loader)  # the database lives as long as the session's server
+    return _SHARED[id(server)]

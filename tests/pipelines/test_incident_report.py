@@ -13,14 +13,13 @@ from infersight.signals import engine, gateway, gpu
 from tests.conftest import free_port
 from tests.pipelines import incident_data
 
-T0 = (dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=50)).replace(second=0, microsecond=0)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
 def store(clickhouse_server):
-    for _client, database, data, _ in incident_data.loaded_database(clickhouse_server, "incident_report", T0):
-        yield f"{clickhouse_server.url}/{database}", data
+    _client, database, data, _ = incident_data.shared(clickhouse_server)
+    return f"{clickhouse_server.url}/{database}", data
 
 
 def test_report_tells_the_story(store, tmp_path, capsys):

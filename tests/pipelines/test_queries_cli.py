@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import json
 
@@ -12,13 +11,11 @@ import pytest
 from infersight.cli import main
 from tests.pipelines import incident_data
 
-T0 = (dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=40)).replace(second=0, microsecond=0)
-
 
 @pytest.fixture(scope="module")
 def store(clickhouse_server):
-    for _client, database, data, _ in incident_data.loaded_database(clickhouse_server, "incident_cli", T0):
-        yield f"{clickhouse_server.url}/{database}", data
+    _client, database, data, _ = incident_data.shared(clickhouse_server)
+    return f"{clickhouse_server.url}/{database}", data
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

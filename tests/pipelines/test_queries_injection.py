@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
 
@@ -19,13 +17,12 @@ HOSTILE = [
     "{db:Identifier}",
     "i-2` UNION ALL SELECT * FROM system.tables --",
 ]
-T0 = (dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=30)).replace(second=0, microsecond=0)
 
 
 @pytest.fixture(scope="module")
 def loaded(clickhouse_server):
-    # Shared by the module: every test checks afterwards that no row was lost, so harm would show.
-    yield from incident_data.loaded_database(clickhouse_server, "injection_target", T0)
+    # Every test checks afterwards that no row was lost, so harm would show.
+    return incident_data.shared(clickhouse_server)
 
 
 def _intact(client, db: str, spans: int) -> None:

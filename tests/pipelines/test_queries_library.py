@@ -9,14 +9,12 @@ import pytest
 from infersight.pipelines.queries import library as q
 from tests.pipelines import incident_data
 
-T0 = (dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=30)).replace(second=0, microsecond=0)
-
 
 @pytest.fixture(scope="module")
 def incident(clickhouse_server):
-    """The incident loaded once into its own database for this module's read-only queries."""
-    for client, database, data, _ in incident_data.loaded_database(clickhouse_server, "incident_queries", T0):
-        yield client, database, data
+    """The constructed incident, sent through the real receiver once per session (read-only here)."""
+    client, database, data, _ = incident_data.shared(clickhouse_server)
+    return client, database, data
 
 
 def test_slowest_by_ttft_one_row_per_trace(incident):
