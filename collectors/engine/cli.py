@@ -56,7 +56,8 @@ def run(args, config) -> int:
     file_sd = args.file_sd or engines.file_sd
     try:
         targets = from_config(engines) + [parse_target_arg(spec) for spec in args.target]
-        collector = EngineCollector(targets, file_sd, timeout=timeout, max_bytes=max_bytes)
+        # --once reports failures itself, after the output.
+        collector = EngineCollector(targets, file_sd, timeout=timeout, max_bytes=max_bytes, log_changes=not args.once)
     except TargetError as exc:
         return _fail(str(exc))
     if not targets and not file_sd:

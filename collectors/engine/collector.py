@@ -7,6 +7,7 @@ series at all, only ``llm_engine_up 0`` and a counted error: never stale data sh
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ from .normalize import Normalized, NormalizeError, normalize
 from .scrape import ScrapeError, fetch
 from .targets import FileSD, Target, check_unique
 
+log = logging.getLogger(__name__)
 MAX_WORKERS = 128  # bounds a cycle to ~timeout x ceil(targets / 128) when every target hangs
 
 
@@ -57,17 +59,20 @@ class EngineCollector(Collector):
     """A prometheus_client collector; register it in a CollectorRegistry and serve that."""
 
     def __init__(self, static_targets: Iterable[Target] = (), file_sd: str | None = None,
-                 timeout: float = 2.0, max_bytes: int = 8 * 1024 * 1024, max_workers: int = MAX_WORKERS):
+                 timeout: float = 2.0, max_bytes: int = 8 * 1024 * 1024, max_workers: int = MAX_WORKERS,
+                 log_changes: bool = True):
         self.static_targets = list(static_targets)
         check_unique(self.static_targets)
         self.file_sd = FileSD(file_sd) if file_sd else None
         self.timeout = timeout
         self.max_bytes = max_bytes
+        self.log_changes = log_changes  # warn on stderr when a target fails or recovers, and on a bad file_sd
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="engine-scrape")
         self._lock = threading.Lock()  # one cycle at a time, even when two scrapers ask at once
         self._errors: Counter[tuple[str, str]] = Counter()
         self._file_sd_reloads: Counter[str] = Counter()
         self._engines: dict[str, str] = {}  # target name -> last detected engine, for a stable `up` label
+        self._states: dict[str, str | None] = {}  # target name -> last failure reason (None: up)
 
     # -- targets ------------------------------------------------------------------------------
     def targets(self) -> list[Target]:
@@ -77,6 +82,8 @@ class EngineCollector(Collector):
         outcome = self.file_sd.poll()
         if outcome:
             self._file_sd_reloads[outcome] += 1
+            if outcome == "error" and self.log_changes:
+                log.warning("infersight: file_sd: %s (keeping the last good targets)", self.file_sd.last_error)
         names = {t.name for t in self.static_targets}
         return self.static_targets + [t for t in self.file_sd.targets if t.name not in names]
 
@@ -92,6 +99,8 @@ class EngineCollector(Collector):
             for r in results:
                 if r.reason:
                     self._errors[(r.target.name, r.reason)] += 1
+                if self.log_changes:
+                    self._log_change(r)
             cycle = CycleResult(results, time.monotonic() - start,
                                 self.file_sd.last_error if self.file_sd else None)
             cycle.families = self._families(cycle)
@@ -107,6 +116,16 @@ class EngineCollector(Collector):
             return TargetResult(target, engine, time.monotonic() - start, reason=exc.reason, detail=str(exc))
         self._engines[target.name] = normalized.engine
         return TargetResult(target, normalized.engine, time.monotonic() - start, normalized)
+
+    def _log_change(self, r: TargetResult) -> None:
+        """Log a target's state changes once, not every cycle."""
+        previous = self._states.get(r.target.name, None)
+        self._states[r.target.name] = r.reason
+        if r.reason and r.reason != previous:
+            log.warning("infersight: engine target %s (%s) failed: %s: %s", r.target.name, r.target.url, r.reason,
+                        r.detail)
+        elif previous and not r.reason:
+            log.warning("infersight: engine target %s recovered", r.target.name)
 
     # -- exposition ---------------------------------------------------------------------------
     def describe(self) -> list:

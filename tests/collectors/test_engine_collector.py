@@ -181,3 +181,22 @@ def test_our_exposition_is_strict_openmetrics_whatever_the_engines_send(server):
         collector.close()
     up = {s.labels["target"]: s.value for f in families if f.name == sig.UP.name for s in f.samples}
     assert up == {p.stem: 1.0 for p in fixtures}
+
+
+def test_state_changes_are_logged_once(server, caplog):
+    url = server.add("/flaky", VLLM)
+    collector = EngineCollector([Target(url, name="flaky")], timeout=1)
+    try:
+        with caplog.at_level("WARNING", logger="infersight.collectors.engine.collector"):
+            collector.run_cycle()
+            server.routes["/flaky"].status = 503
+            collector.run_cycle()
+            collector.run_cycle()
+            server.routes["/flaky"].status = 200
+            collector.run_cycle()
+    finally:
+        collector.close()
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages
+    assert "flaky" in messages[0] and "http_status" in messages[0] and "503" in messages[0]
+    assert "recovered" in messages[1]
