@@ -66,7 +66,9 @@ class Receiver:
         p = self.config.pipeline
         tls = _tls(p.tls_cert_file, p.tls_key_file)
         self.writer.start()
-        self._runner = web.AppRunner(build_app(self.intake, p.max_body_bytes), access_log=None)
+        # auto_decompress off: we gunzip ourselves, bounded by max_body_bytes (a gzip bomb stops there).
+        self._runner = web.AppRunner(build_app(self.intake, p.max_body_bytes), access_log=None,
+                                     auto_decompress=False)
         await self._runner.setup()
         host, port = split_listen(self.http_listen)
         site = web.TCPSite(self._runner, host, port, ssl_context=tls[0] if tls else None)

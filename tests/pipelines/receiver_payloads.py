@@ -86,3 +86,53 @@ def json_request(span_ids_hex: list[str], trace_id_hex: str = "5b8efff798038103d
             } for sid in span_ids_hex],
         }],
     }]}
+
+
+# -- running a receiver against a test database ----------------------------------------------------
+
+def migrate(clickhouse_server, database: str) -> None:
+    from infersight.pipelines.schema import migrations
+    from infersight.pipelines.schema.ddl import SchemaOptions
+
+    client = clickhouse_server.client()
+    migrations.migrate(client, SchemaOptions(database=database))
+    client.close()
+
+
+def start_receiver(dsn: str, spool_dir, **pipeline):
+    """A receiver on free ports in a background thread; ``.stop()`` it after use."""
+    from infersight.config import Config
+    from infersight.pipelines.receiver.service import Receiver, ReceiverThread
+
+    settings = {"batch_seconds": 0.2, "retry_initial_seconds": 0.05, "retry_max_seconds": 0.5} | pipeline
+    config = Config.model_validate({"pipeline": settings})
+    receiver = Receiver(config, dsn=dsn, http_listen="127.0.0.1:0", grpc_listen="127.0.0.1:0",
+                        spool_dir=str(spool_dir))
+    return ReceiverThread(receiver).start()
+
+
+def post(url: str, body: bytes, content_type: str = "application/x-protobuf", headers: dict | None = None,
+         timeout: float = 30):
+    """POST and return (status, headers, body) without raising on error statuses."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=body, method="POST",
+                                 headers={"Content-Type": content_type, **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus exposition text (0 when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
