@@ -9,6 +9,7 @@ from infersight.alerts.alertmanager import alertmanager_config
 from infersight.alerts.limits import limits_from_config
 from infersight.alerts.promtests import test_file
 from infersight.alerts.recording import recording_rules
+from infersight.alerts.recording_tests import recording_test_file
 from infersight.alerts.rulefiles import alert_file, recording_file
 from infersight.alerts.rules import alerts_by_file
 from infersight.alerts.yamlout import dump
@@ -38,6 +39,7 @@ def render_all(config: Config) -> dict[str, str]:
     rule_refs = [f"../{path}" for path in files]
     for group, alerts in by_file.items():
         files[f"tests/{group}_test.yml"] = dump(test_file(limits, alerts, rule_refs))
+    files["tests/recording_test.yml"] = dump(recording_test_file(limits, f"../rules/{RECORDING_FILE}"))
     all_alerts = [a for alerts in by_file.values() for a in alerts]
     files["alertmanager.yml"] = dump(alertmanager_config(config, all_alerts))
     return files

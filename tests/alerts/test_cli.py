@@ -18,7 +18,7 @@ def test_build_writes_rules_alertmanager_and_tests(tmp_path, capsys):
     rules = sorted(p.name for p in (out / "rules").glob("*.yml"))
     assert rules == ["circuit_breaker.yml", "gpu.yml", "overload.yml", "pipeline.yml", "recording.yml",
                      "saturation.yml", "scale_out.yml", "slo.yml"]
-    assert len(list((out / "tests").glob("*_test.yml"))) == 7
+    assert len(list((out / "tests").glob("*_test.yml"))) == 8
     am = yaml.safe_load((out / "alertmanager.yml").read_text())
     assert am["route"]["routes"][0]["receiver"] == "autoscaler"
 

@@ -181,3 +181,12 @@ def test_histogram_series_are_cumulative():
     assert bucket("+Inf") == "0+4x9"
     assert series[request.TTFT.count(model="m")] == "0+4x9"
     assert series[request.TTFT.sum(model="m")] == "0+4x9"  # 3 x 0.5 + 1 x 2.5 a minute
+
+
+def test_every_recording_rule_has_an_exact_value_test(limits):
+    from infersight.alerts.recording_tests import recording_test_file
+
+    doc = recording_test_file(limits, "../rules/recording.yml")
+    exprs = " ".join(t["expr"] for t in doc["tests"][0]["promql_expr_test"])
+    missing = [r.record for r in recording_rules(limits) if not re.search(re.escape(r.record) + r"\b", exprs)]
+    assert missing == []

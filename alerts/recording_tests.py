@@ -1,0 +1,149 @@
+"""promtool ``promql_expr_test`` cases for the recording rules, with exactly computed values.
+
+promtool 2.42 compares expected samples bit for bit, so the inputs are built to make every step
+exact: each counter grows by 60 x k per minute, so a 5-minute rate over six samples 300 s apart is
+exactly k; ratios are chosen to be representable (0.25, 0.75); quantiles are computed here with
+the same float operations, in the same order, as PromQL's histogram_quantile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from infersight.alerts import recording as rec
+from infersight.alerts.limits import Limits
+from infersight.alerts.rules.common import MODEL, NODE, POOL, engine_labels, gpu_labels, instance_labels, request_labels
+from infersight.alerts.series import counter, gauge, histogram, steps
+from infersight.signals import Signal, engine, gateway, gpu, request
+
+AT = "10m"  # the 5-minute window [5m, 10m] holds six samples: no extrapolation
+MINUTES = 15
+
+
+def histogram_quantile(buckets: Sequence[float], per_second: Mapping[float, int], q: float) -> float:
+    """PromQL 2.42's bucketQuantile on these per-second bucket rates, step by step."""
+    bounds = [*buckets, math.inf]
+    counts = [float(sum(n for v, n in per_second.items() if v <= b)) for b in bounds]
+    rank = q * counts[-1]
+    b = next(i for i, c in enumerate(counts) if c >= rank)
+    if b == len(bounds) - 1:
+        return bounds[-2]
+    bucket_start = 0.0 if b == 0 else bounds[b - 1]
+    bucket_end = bounds[b]
+    count = counts[b]
+    if b > 0:
+        count -= counts[b - 1]
+        rank -= counts[b - 1]
+    return bucket_start + (bucket_end - bucket_start) * (rank / count)
+
+
+def _sample(record: str, labels: Mapping[str, str], value: float) -> dict:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"labels": f"{record}{{{inner}}}", "value": value}
+
+
+def _quantile_cases() -> tuple[list, list]:
+    """Two instances with different latency; quantiles by instance and by model."""
+    series, tests = [], []
+    for signal, per_instance in ((request.TTFT, {"i1": {0.5: 3, 0.75: 1}, "i2": {0.25: 2, 1.0: 2}}),
+                                 (request.TPOT, {"i1": {0.05: 3, 0.1: 1}, "i2": {0.025: 2, 0.2: 2}})):
+        for instance, per_second in per_instance.items():
+            per_minute = {v: 60 * n for v, n in per_second.items()}
+            series += histogram(signal, request_labels(instance), [(per_minute, MINUTES)])
+        merged: dict[float, int] = {}
+        for per_second in per_instance.values():
+            for v, n in per_second.items():
+                merged[v] = merged.get(v, 0) + n
+        for q in rec.QUANTILES:
+            by_instance, by_model = (rec.quantile_name(signal, level, q) for level in (rec.INSTANCE_LEVEL, ("model",)))
+            samples = [_sample(by_instance, instance_labels(i), histogram_quantile(signal.buckets, ps, q))
+                       for i, ps in per_instance.items()]
+            tests.append({"expr": f'{by_instance}{{model="{MODEL}"}}', "eval_time": AT, "exp_samples": samples})
+            tests.append({"expr": f'{by_model}{{model="{MODEL}"}}', "eval_time": AT,
+                          "exp_samples": [_sample(by_model, {"model": MODEL},
+                                                  histogram_quantile(signal.buckets, merged, q))]})
+    return series, tests
+
+
+def _rate(signal: Signal, labels: Mapping[str, str], per_second: int):
+    return counter(signal, labels, [(60 * per_second, MINUTES)])
+
+
+def _rounded(record: str, labels: Mapping[str, str], value: float, selector: str = "") -> dict:
+    """A test on ``round(record, 0.0001)``: rates pick up last-bit noise (extrapolation factors), the
+    rounded value does not, and the expected value is rounded the way PromQL's round() does it."""
+    nearest_inverse = 1.0 / 0.0001
+    expected = math.floor(value * nearest_inverse + 0.5) / nearest_inverse
+    return {"expr": f"round({record}{selector}, 0.0001)", "eval_time": AT,
+            "exp_samples": [{"labels": _sample("", labels, 0)["labels"], "value": expected}]}
+
+
+def recording_test_file(limits: Limits, recording_rule_file: str) -> dict:
+    series, tests = _quantile_cases()
+    one = lambda record, labels, value: tests.append(  # noqa: E731
+        {"expr": record, "eval_time": AT, "exp_samples": [_sample(record, labels, value)]})
+    model, model_pool = {"model": MODEL}, {"model": MODEL, "pool": POOL}
+
+    # queues: two strategies at the gateway, two engines on one node
+    series += [gauge(gateway.QUEUE_DEPTH, {**model_pool, "strategy": s}, [(n, MINUTES)]) for s, n in (("a", 3),
+                                                                                                   ("b", 4))]
+    series += [gauge(engine.REQUESTS_WAITING, engine_labels(t), [(n, MINUTES)]) for t, n in (("e1:8000", 5),
+                                                                                          ("e2:8000", 6))]
+    one(rec.GATEWAY_QUEUE_SUM, model_pool, 7)
+    one(rec.GATEWAY_QUEUE_AVG30M, model_pool, 7)
+    tests.append({"expr": rec.INSTANCE_QUEUE_SUM, "eval_time": AT,
+                  "exp_samples": [_sample(rec.INSTANCE_QUEUE_SUM, {**model_pool, "target": t}, n)
+                                  for t, n in (("e1:8000", 5), ("e2:8000", 6))]})
+    one(rec.MODEL_QUEUE_SUM, model, 11)
+    one(rec.MODEL_QUEUE_AVG30M, model, 11)
+    one(rec.NODE_QUEUE_SUM, {"node": NODE}, 11)
+    series.append(gauge(request.IN_FLIGHT, request_labels(), [(9, MINUTES)]))
+    one(rec.IN_FLIGHT_SUM, model, 9)
+
+    # instances: three serving, one ejected (one ejection inside the last 5 minutes)
+    for i, state in enumerate(("healthy", "healthy", "half_open", "ejected")):
+        labels = instance_labels(f"i{i}")
+        for name in ("healthy", "half_open", "ejected"):
+            series.append(gauge(gateway.INSTANCE_STATE, {**labels, "state": name}, [(int(name == state), MINUTES)]))
+        series.append(steps(gateway.EJECTIONS, labels, MINUTES, [8] if state == "ejected" else []))
+    one(rec.SERVING_INSTANCES, model, 3)
+    one(rec.EJECTED_SHARE, {}, 0.25)
+
+    # ratios of rates, 0.25 each
+    series += [_rate(request.REQUESTS, request_labels(outcome="success"), 45),
+               _rate(request.REQUESTS, request_labels(outcome="rejected"), 15),
+               _rate(request.REJECTIONS, request_labels(reason="queue_full"), 15),
+               _rate(request.RETRIES, request_labels(), 15),
+               _rate(request.INPUT_TOKENS, request_labels(), 400),
+               _rate(request.CACHED_INPUT_TOKENS, request_labels(), 100),
+               _rate(engine.PREFIX_CACHE_QUERIES, engine_labels(), 800),
+               _rate(engine.PREFIX_CACHE_HITS, engine_labels(), 200)]
+    tests.extend([_rounded(rec.RETRIES_PER_REQUEST, {}, 0.25),
+                  _rounded(rec.REJECTION_RATIO, model, 0.25),
+                  _rounded(rec.CACHED_INPUT_RATIO, instance_labels("i1"), 0.25),
+                  _rounded(rec.PREFIX_HIT_RATIO, model, 0.25)])
+
+    # GPU: bandwidth and SM activity averaged over 5 minutes and over the GPU's sources
+    series += [gauge(gpu.MEMORY_BANDWIDTH_UTILIZATION, gpu_labels(source="gpm"), [(0.5, MINUTES)]),
+               gauge(gpu.SM_ACTIVITY, gpu_labels(), [(0.25, MINUTES)])]
+    one(rec.BANDWIDTH_AVG5M, {"node": NODE, "gpu": "0"}, 0.5)
+    one(rec.SM_ACTIVITY_AVG5M, {"node": NODE, "gpu": "0"}, 0.25)
+
+    # SLO errors: the quantile histograms above are model m1 too, so this uses another model
+    slo_model = "slo-check"
+    bound = limits.ttft_slo_seconds
+    above = next((b for b in request.TTFT.buckets if b > bound), math.inf)
+    series += histogram(request.TTFT, {**request_labels(), "model": slo_model},
+                        [({bound: 60 * 45, above: 60 * 15}, MINUTES)])
+    for window in rec.SLO_WINDOWS:
+        tests.append(_rounded(rec.slo_errors_name(window), {"model": slo_model}, 0.25, f'{{model="{slo_model}"}}'))
+
+    return {
+        "rule_files": [recording_rule_file],
+        "evaluation_interval": "1m",
+        "tests": [{"name": "recording rules", "interval": "1m",
+                   "input_series": [{"series": s.selector, "values": s.values} for s in series],
+                   "promql_expr_test": tests}],
+    }
+
