@@ -36,7 +36,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-bytes", type=int, metavar="N", help="per-target body size limit "
                                                               "(default: engines.max_bytes, 8 MiB)")
     p.add_argument("--once", action="store_true",
-                   help="run one collection cycle, print it and exit (1 if any target failed)")
+                   help="run one collection cycle, print it and exit (1 if any target or the file_sd file failed)")
     p.add_argument("--format", choices=("prom", *FORMATS), default="prom",
                    help="with --once: prom prints the normalized exposition; table, json and csv print "
                         "one status row per target (default: prom)")
@@ -94,7 +94,7 @@ def _once(collector, fmt: str) -> int:
     failed = [r for r in cycle.results if not r.up]
     for r in failed:
         print(f"infersight: target {r.target.name} ({r.target.url}) failed: {r.reason}: {r.detail}", file=sys.stderr)
-    return 1 if failed else 0
+    return 1 if failed or cycle.file_sd_error else 0
 
 
 class _Frozen:

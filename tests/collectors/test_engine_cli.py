@@ -101,3 +101,9 @@ def test_file_sd_parsing_and_errors():
                           ('[{"targets": ["a:1", "a:1"]}]', "two targets named")]:
         with pytest.raises(TargetError, match=message):
             parse_file_sd(text, "sd.json")
+
+
+def test_once_with_a_missing_file_sd_says_so(tmp_path, capsys):
+    assert main(["collect", "engine", "--file-sd", str(tmp_path / "absent.json"), "--once", "--format", "csv"]) == 1
+    captured = capsys.readouterr()
+    assert "absent.json" in captured.err and captured.out.strip() == "target,engine,up,series,seconds,error,detail"
