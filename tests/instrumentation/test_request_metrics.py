@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from infersight.instrumentation.metrics import BulkHistogram
 from infersight.signals import gateway, request
 from tests.conftest import require_tool
-from tests.instrumentation.tracing_helpers import make_traced
+from tests.instrumentation.tracing_helpers import make_traced, replay_tokens
 
 MODEL = "mistral-7b"
 LABELS = dict(model=MODEL, instance="e1", pool="canary", strategy="equal_cost")
@@ -51,10 +51,7 @@ def test_tracer_metrics_for_one_streamed_request():
     req.routed("e1")
     assert traced.metric(gateway.QUEUE_DEPTH.name, model=MODEL, pool="canary", strategy="equal_cost") == 0
     assert traced.metric(request.IN_FLIGHT.name, **LABELS) == 1
-    base = req._start_ns
-    times_ms = [50, 60, 75, 80, 300]  # TTFT 50 ms, gaps 10, 15, 5, 220 ms
-    for t in times_ms:
-        req._times.append(base + t * 1_000_000)
+    replay_tokens(req, [50, 60, 75, 80, 300])  # TTFT 50 ms, gaps 10, 15, 5, 220 ms
     req.finish("stop", input_tokens=100, cached_input_tokens=60, output_tokens=5)
 
     m = traced.metric
@@ -91,9 +88,7 @@ def test_real_prometheus_scrapes_the_request_metrics(prometheus_server):
     traced = make_traced()
     for i in range(20):
         with traced.tracer.start(MODEL, instance="e1", pool="canary", strategy="equal_cost") as req:
-            base = req._start_ns
-            for k in range(1, 11):
-                req._times.append(base + (100 + 20 * k) * 1_000_000)  # TTFT 120 ms, gaps 20 ms
+            replay_tokens(req, [100 + 20 * k for k in range(1, 11)])  # TTFT 120 ms, gaps 20 ms
             if i % 5 == 0:
                 req.timeout("idle")
             else:

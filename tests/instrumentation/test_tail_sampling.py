@@ -10,7 +10,7 @@ import pytest
 from infersight import attributes as attr
 from infersight.instrumentation import RollingQuantile, TailSampler
 from infersight.instrumentation import sampling as reasons
-from tests.instrumentation.tracing_helpers import make_traced
+from tests.instrumentation.tracing_helpers import make_traced, replay_tokens
 
 MODEL = "qwen-7b"
 
@@ -168,10 +168,8 @@ def test_slow_and_random_and_not_kept_end_to_end():
 def test_timeline_summary_attributes_find_the_longest_stall():
     traced = make_traced(random_share=1.0)
     req = traced.tracer.start(MODEL)
-    base = req._start_ns
-    # Inject exact token times (ns since start): gaps of 1 ms, then a 40 ms stall before token 3.
-    for offset_ms in (10, 11, 12, 52, 53):
-        req._times.append(base + offset_ms * 1_000_000)
+    # Exact token times: gaps of 1 ms, then a 40 ms stall before token 3.
+    replay_tokens(req, [10, 11, 12, 52, 53])
     req.finish("stop")
     a = traced.one(f"chat {MODEL}").attributes
     assert list(a[attr.TOKEN_OFFSETS_US]) == [10000, 11000, 12000, 52000, 53000]

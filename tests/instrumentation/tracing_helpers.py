@@ -47,3 +47,13 @@ def make_traced(*, random_share: float = 0.0, min_samples: int = 100, head_ratio
     sampler = TailSampler(random_share=random_share, min_samples=min_samples, seed=seed)
     tracer = RequestTracer(registry=registry, tracer_provider=provider, sampler=sampler, provider_name="vllm")
     return Traced(tracer, exporter, registry)
+
+
+def replay_tokens(req, offsets_ms) -> None:
+    """Give ``req`` tokens at exact offsets (ms) from its start, without waiting for them: the
+    request's start is moved back so that every token lies in the past, as real ones would."""
+    shift_ns = (max(offsets_ms) + 1) * 1_000_000
+    req._start_ns -= shift_ns
+    req._start_wall_ns -= shift_ns
+    for offset in offsets_ms:
+        req._times.append(req._start_ns + round(offset * 1_000_000))
