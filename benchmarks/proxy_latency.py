@@ -1,6 +1,6 @@
 """What the instrumenting proxy costs a token stream: added latency per chunk and chunk throughput.
 
-Three processes on this machine: the engine stand-in (tests/instrumentation/engine_standin.py),
+Separate processes on this machine: the engine stand-in (tests/instrumentation/engine_standin.py),
 the proxy with full instrumentation (metrics, spans through a BatchSpanProcessor into an in-memory
 exporter, tail sampling), and the client here. The same streams run directly against the engine
 (the baseline) and through the proxy, side by side:
@@ -10,6 +10,11 @@ exporter, tail sampling), and the client here. The same streams run directly aga
   Added latency = the proxy's percentile minus the direct one.
 - throughput: ``--streams`` concurrent streams of ``--throughput-tokens`` chunks sent back to back;
   chunks received per second, proxy / direct.
+- CPU per chunk of the serving process (from /proc): what the proxy's work costs, independent of
+  how busy the shared machine is.
+
+A second baseline, a bare aiohttp relay with no instrumentation, separates the cost of the extra
+network hop from the cost of the instrumentation itself.
 
     .venv/bin/python benchmarks/proxy_latency.py            # defaults: a few seconds
     .venv/bin/python benchmarks/proxy_latency.py --rounds 3 --format json
@@ -83,6 +88,35 @@ def _proxy_process(upstream: str, ports) -> None:
         context = proxy_app.ProxyContext(upstream=proxy_app.parse_upstream(upstream), timeouts=Timeouts(),
                                          tracer=tracer)
         _, port = await proxy_app.start(context, "127.0.0.1", 0)
+        ports.put(port)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def _bare_relay_process(upstream: str, ports) -> None:
+    """A second baseline: the same aiohttp hop with no instrumentation (what the extra hop alone costs)."""
+    from aiohttp import web
+
+    from tests.instrumentation.proxy_harness import serve
+
+    async def main() -> None:
+        session = aiohttp.ClientSession(auto_decompress=False)
+
+        async def relay(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            async with session.post(upstream + request.path, data=body,
+                                    headers={"Content-Type": "application/json"}) as upstream_response:
+                response = web.StreamResponse(headers={"Content-Type": upstream_response.content_type})
+                await response.prepare(request)
+                async for data in upstream_response.content.iter_any():
+                    await response.write(data)
+                await response.write_eof()
+                return response
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", relay)
+        _, port = await serve(app)
         ports.put(port)
         await asyncio.Event().wait()
 
@@ -174,64 +208,72 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=2.0, help="ms between chunks (default: %(default)s)")
     parser.add_argument("--streams", type=int, default=8, help="concurrent throughput streams (default: %(default)s)")
     parser.add_argument("--throughput-tokens", type=int, default=2000, help="chunks per throughput stream")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating direct/proxy rounds (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per path (default: %(default)s)")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     args = parser.parse_args(argv)
 
     multiprocessing.set_start_method("spawn", force=True)
     engine, engine_port = _start(_engine_process)
     direct = f"http://127.0.0.1:{engine_port}"
+    relay, relay_port = _start(_bare_relay_process, direct)
     proxy, proxy_port = _start(_proxy_process, direct)
-    through = f"http://127.0.0.1:{proxy_port}"
+    # name -> (base URL, the process whose CPU per chunk is that path's cost)
+    paths = {"direct": (direct, engine.pid), "relay": (f"http://127.0.0.1:{relay_port}", relay.pid),
+             "proxy": (f"http://127.0.0.1:{proxy_port}", proxy.pid)}
+    lat: dict[str, list[int]] = {name: [] for name in paths}
+    rate: dict[str, list[float]] = {name: [] for name in paths}
+    cpu_paced: dict[str, list[float]] = {name: [] for name in paths}
+    cpu_burst: dict[str, list[float]] = {name: [] for name in paths}
     try:
-        lat: dict[str, list[int]] = {"direct": [], "proxy": []}
-        rate: dict[str, list[float]] = {"direct": [], "proxy": []}
-        # CPU us per chunk, paced and burst: the engine stand-in when direct, the proxy process in front of it.
-        pids = {"direct": {"direct": engine.pid}, "proxy": {"proxy": proxy.pid}}
-        phases = [f"{phase}_{name}" for phase in ("paced", "burst") for name in ("direct", "proxy")]
-        cpu: dict[str, list[float]] = {key: [] for key in phases}
-        for _ in range(args.rounds):  # alternate, so drift in machine load hits both sides
-            for name, base in (("direct", direct), ("proxy", through)):
-                latencies, cpu_us = asyncio.run(_latency(base, args.requests, args.tokens, args.interval, pids[name]))
+        for _ in range(args.rounds):  # interleave, so drift in machine load hits every path alike
+            for name, (base, pid) in paths.items():
+                latencies, cpu_us = asyncio.run(_latency(base, args.requests, args.tokens, args.interval, {name: pid}))
                 lat[name] += latencies
-                cpu[f"paced_{name}"].append(cpu_us[name])
-                chunks_per_s, cpu_us = asyncio.run(_throughput(base, args.streams, args.throughput_tokens, pids[name]))
+                cpu_paced[name].append(cpu_us[name])
+                chunks_per_s, cpu_us = asyncio.run(_throughput(base, args.streams, args.throughput_tokens, {name: pid}))
                 rate[name].append(chunks_per_s)
-                cpu[f"burst_{name}"].append(cpu_us[name])
+                cpu_burst[name].append(cpu_us[name])
     finally:
-        for process in (proxy, engine):
+        for process in (proxy, relay, engine):
             process.terminate()
             process.join(5)
 
     figures = {
-        "chunks_measured": {name: len(values) for name, values in lat.items()},
         "latency_p50_us": {name: _percentile(values, 0.50) for name, values in lat.items()},
+        "latency_p90_us": {name: _percentile(values, 0.90) for name, values in lat.items()},
         "latency_p99_us": {name: _percentile(values, 0.99) for name, values in lat.items()},
         "chunks_per_s": {name: statistics.median(values) for name, values in rate.items()},
-        "cpu_us_per_chunk_paced": {name: statistics.median(cpu[f"paced_{name}"]) for name in ("direct", "proxy")},
-        "cpu_us_per_chunk_burst": {name: statistics.median(cpu[f"burst_{name}"]) for name in ("direct", "proxy")},
+        "cpu_us_per_chunk_paced": {name: statistics.median(values) for name, values in cpu_paced.items()},
+        "cpu_us_per_chunk_burst": {name: statistics.median(values) for name, values in cpu_burst.items()},
     }
-    summary = {"added_latency_p50_us": figures["latency_p50_us"]["proxy"] - figures["latency_p50_us"]["direct"],
-               "added_latency_p99_us": figures["latency_p99_us"]["proxy"] - figures["latency_p99_us"]["direct"]}
+    summary: dict[str, float] = {}
+    for q in ("p50", "p90", "p99"):
+        values = figures[f"latency_{q}_us"]
+        summary[f"added_latency_{q}_us_proxy_vs_direct"] = values["proxy"] - values["direct"]
+        summary[f"added_latency_{q}_us_proxy_vs_relay"] = values["proxy"] - values["relay"]
     for key, values in figures.items():
-        if key != "chunks_measured":
-            summary[f"{key}_ratio_proxy_vs_direct"] = values["proxy"] / values["direct"]
+        summary[f"{key}_ratio_proxy_vs_direct"] = values["proxy"] / values["direct"]
+        summary[f"{key}_ratio_proxy_vs_relay"] = values["proxy"] / values["relay"]
     summary["proxy_capacity_paced_chunks_per_s_per_core"] = 1e6 / figures["cpu_us_per_chunk_paced"]["proxy"]
     if args.format == "json":
-        print(json.dumps({"figures": figures, "summary": summary, "args": vars(args)}, indent=2))
+        print(json.dumps({"figures": figures, "summary": summary, "chunks_per_path": len(lat["direct"]),
+                          "args": vars(args)}, indent=2))
         return 0
-    print(f"{'':30}{'direct':>12}{'proxy':>12}{'proxy/direct':>14}{'added':>12}")
-    rows = (("latency_p50_us", "chunk latency p50 (us)"), ("latency_p99_us", "chunk latency p99 (us)"),
+    print(f"{'':28}{'direct':>10}{'relay':>10}{'proxy':>10}{'proxy/direct':>14}{'proxy/relay':>13}{'added':>10}")
+    rows = (("latency_p50_us", "chunk latency p50 (us)"), ("latency_p90_us", "chunk latency p90 (us)"),
+            ("latency_p99_us", "chunk latency p99 (us)"),
             ("chunks_per_s", "throughput (chunks/s)"), ("cpu_us_per_chunk_paced", "CPU per chunk, paced (us)"),
             ("cpu_us_per_chunk_burst", "CPU per chunk, burst (us)"))
     for key, label in rows:
-        d, p = figures[key]["direct"], figures[key]["proxy"]
-        added = f"{p - d:+,.0f} us" if key.startswith("latency") else ""
-        print(f"{label:30}{d:>12,.1f}{p:>12,.1f}{p / d:>14.2f}{added:>12}")
-    print(f"CPU per chunk: 'direct' is the engine stand-in's own, 'proxy' the proxy process's. Proxy capacity "
-          f"when paced: ~{summary['proxy_capacity_paced_chunks_per_s_per_core']:,.0f} chunks/s per core.")
-    print(f"chunks measured for latency: {figures['chunks_measured']['direct']:,} direct, "
-          f"{figures['chunks_measured']['proxy']:,} proxy; {args.streams} concurrent streams for throughput")
+        d, r, p = (figures[key][name] for name in ("direct", "relay", "proxy"))
+        added = f"{p - d:+,.0f}" if key.startswith("latency") else ""
+        print(f"{label:28}{d:>10,.1f}{r:>10,.1f}{p:>10,.1f}{p / d:>14.2f}{p / r:>13.2f}{added:>10}")
+    print("direct: client -> engine stand-in. relay: through a bare aiohttp relay (the hop alone). proxy: through "
+          "infersight proxy (hop + SSE reading + metrics + spans).\nCPU per chunk is the engine stand-in's for "
+          "direct, the relay's or proxy's own process otherwise. Proxy capacity when paced: "
+          f"~{summary['proxy_capacity_paced_chunks_per_s_per_core']:,.0f} chunks/s per core.")
+    print(f"{len(lat['direct']):,} paced chunks per path for latency; {args.streams} concurrent streams of "
+          f"{args.throughput_tokens} chunks for throughput; {args.rounds} rounds.")
     return 0
 
 
