@@ -285,7 +285,9 @@ AS SELECT
     count() AS Requests,
 {count_selects}    sum({output_tokens}) AS OutputTokens,
     -- decode time (e2e minus TTFT) of requests that produced tokens, for tokens per second
-    sumIf(greatest(Duration / 1e9 - {ttft} / 1e3, 0), {output_tokens} > 0 AND {ttft} IS NOT NULL) AS DecodeSeconds,
+    -- ifNull: sumIf over a Nullable argument is NULL when no row matches, which the column cannot hold
+    sumIf(ifNull(greatest(Duration / 1e9 - {ttft} / 1e3, 0), 0), {output_tokens} > 0 AND {ttft} IS NOT NULL)
+        AS DecodeSeconds,
     quantilesStateIf({levels})(assumeNotNull({ttft}), {ttft} IS NOT NULL) AS TtftMs,
     quantilesStateIf({levels})(assumeNotNull({tpot}), {tpot} IS NOT NULL) AS TpotMs,
     quantilesState({levels})(Duration / 1e6) AS E2eMs
