@@ -58,7 +58,7 @@ def retry_storm(limits: Limits) -> Alert:
         return [counter(request.REQUESTS, request_labels(outcome="success"), [(per_minute, 30)]),
                 counter(request.RETRIES, request_labels(), [(retries, 30)])]
 
-    storm = round(1.5 * t * per_minute)
+    storm = math.floor(t * per_minute) + 10
     near = round(0.95 * t * per_minute)
     require(storm / per_minute > t > near / per_minute, "retry ratios must straddle the threshold")
     return Alert(
@@ -71,7 +71,7 @@ def retry_storm(limits: Limits) -> Alert:
         description=(f"The fleet makes {val(2)} retries per request (threshold {num(t)}). Retries amplify load "
                      "on instances that are already slow; make clients back off and cap retry budgets."),
         cases=[
-            Case("retries over the ratio", traffic(storm), 20, [Expected({}, storm / per_minute)]),
+            Case("retries just over the ratio", traffic(storm), 20, [Expected({}, storm / per_minute)]),
             Case("retries just under the ratio", traffic(near), 20),
         ],
     )
@@ -120,7 +120,7 @@ def flapping(limits: Limits) -> Alert:
         return [steps(gateway.STATE_TRANSITIONS, {**labels, "from_state": "healthy", "to_state": "ejected"}, 40, away),
                 steps(gateway.STATE_TRANSITIONS, {**labels, "from_state": "ejected", "to_state": "healthy"}, 40, back)]
 
-    flaps = math.ceil(t) + 1
+    flaps = math.ceil(t)
     near = math.ceil(t) - 1
     require(flaps >= t > near >= 0, "flap counts must straddle the threshold")
     return Alert(
@@ -134,7 +134,7 @@ def flapping(limits: Limits) -> Alert:
                      f"{val(0)} times in 15 minutes (threshold {num(t)}). Its health check is too tight or the "
                      "instance is failing intermittently."),
         cases=[
-            Case("state changes over the limit", changes(flaps), 30, [Expected(labels, flaps)]),
+            Case("state changes reach the limit", changes(flaps), 30, [Expected(labels, flaps)]),
             Case("state changes just under the limit", changes(near), 30),
         ],
     )

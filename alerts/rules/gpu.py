@@ -72,7 +72,7 @@ def throttled(limits: Limits) -> Alert:
 
 def temperature(limits: Limits) -> Alert:
     t = limits.gpu_temperature_celsius
-    hot, near = t + 5, t - 1
+    hot, near = t + 1, t - 1
     require(hot > t > near, "temperatures must straddle the threshold")
     return Alert(
         name="GPUTemperatureHigh",

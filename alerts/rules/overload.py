@@ -21,7 +21,7 @@ def _drain_note(limits: Limits) -> str:
 
 def instance_overloaded(limits: Limits) -> Alert:
     limit = limits.instance_queue_limit
-    over, near = math.floor(1.5 * limit), math.floor(0.95 * limit)
+    over, near = limit + 2, math.floor(0.95 * limit)
     require(over > limit > near, "queues must straddle the limit")
 
     def queues(first: int):
@@ -47,7 +47,7 @@ def instance_overloaded(limits: Limits) -> Alert:
 
 def fleet_overloaded(limits: Limits) -> Alert:
     limit = limits.instance_queue_limit
-    over, near = math.floor(1.5 * limit), math.floor(0.95 * limit)
+    over, near = limit + 2, math.floor(0.95 * limit)
 
     def queues(each: int):
         return [gauge(engine.REQUESTS_WAITING, engine_labels(f"e{i}:8000"), [(each, 20)]) for i in range(3)]
@@ -71,7 +71,7 @@ def fleet_overloaded(limits: Limits) -> Alert:
 def rejections(limits: Limits) -> Alert:
     t = limits.rejection_ratio
     per_minute = 1000
-    high, near = round(2 * t * per_minute), round(0.9 * t * per_minute)
+    high, near = math.floor(t * per_minute) + 5, round(0.9 * t * per_minute)
     require(high / per_minute > t > near / per_minute and high <= per_minute, "rejections must straddle the ratio")
 
     def traffic(rejected: int):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Series, Severity, SignalClass
 from infersight.alerts.rules.common import PCT, lab, pct, require, val
@@ -56,7 +58,7 @@ def spans_dropped(limits: Limits) -> Alert:
 def spans_rejected(limits: Limits) -> Alert:
     t = limits.spans_rejected_ratio
     per_minute = 10_000
-    high, near = round(2 * t * per_minute), round(0.9 * t * per_minute)
+    high, near = math.floor(t * per_minute) + 20, round(0.9 * t * per_minute)
     require(high / per_minute > t > near / per_minute, "rejected shares must straddle the threshold")
     labels = {"protocol": "grpc", "reason": "malformed"}
 

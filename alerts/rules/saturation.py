@@ -19,7 +19,7 @@ ON_TARGET = "on (model, pool, target)"
 
 def bandwidth_saturated(limits: Limits) -> Alert:
     t, low = limits.bandwidth_saturation, limits.compute_low
-    full, near = round((1 + t) / 2, 4), round(t - 0.01, 4)
+    full, near = round(min(t + 0.02, (1 + t) / 2), 4), round(t - 0.01, 4)
     require(full > t > near > 0, "bandwidth values must straddle the threshold")
 
     def node(bandwidth: float):
@@ -49,7 +49,7 @@ def bandwidth_saturated(limits: Limits) -> Alert:
 
 def kv_cache_near_full(limits: Limits) -> Alert:
     t = limits.kv_usage_near_full
-    full, near = round((1 + t) / 2, 4), round(t - 0.01, 4)
+    full, near = round(min(t + 0.02, (1 + t) / 2), 4), round(t - 0.01, 4)
     require(full > t > near > 0, "KV usage values must straddle the threshold")
 
     def engine_state(usage: float, preemptions_per_minute: int):

@@ -32,7 +32,7 @@ def gateway_queue_high(limits: Limits) -> Alert:
         description=(f"The gateway queue of {lab('model')} (pool {lab('pool')}) averaged {val(1)} waiting "
                      f"requests over 30 minutes, above the scale-out threshold of {num(t)}."),
         cases=[
-            Case("mean over threshold", queue(1.5 * t), 45, [Expected(labels, 1.5 * t)]),
+            Case("mean just over threshold", queue(1.02 * t), 45, [Expected(labels, 1.02 * t)]),
             Case("mean just under threshold", queue(0.95 * t), 45),
         ],
     )
