@@ -13,6 +13,8 @@ Rows, microseconds per request (median over rounds, rows interleaved in each rou
   inter-token histogram; 1% of timelines kept at random, as by default).
 - tracer, gateway + N tokens: queued, routed (3 candidates), inject traceparent, N tokens,
   finish: four spans (request, queue, route, upstream).
+- tracer, engine + N tokens, head-sampled out: the same request when the head ratio drops its
+  span (metrics, timeline and sampling decision only).
 - span + N events: the naive alternative, one span event per token.
 Bounded: rows x requests x rounds requests in total (default 2,500 per row).
 """
@@ -56,7 +58,7 @@ class EncodingExporter(SpanExporter):
         pass
 
 
-def rows(otel, tracer: RequestTracer, tokens: int):
+def rows(otel, tracer: RequestTracer, unsampled: RequestTracer, tokens: int):
     def bare_span():
         otel.start_span("chat m", attributes=ATTRIBUTES).end()
 
@@ -81,6 +83,13 @@ def rows(otel, tracer: RequestTracer, tokens: int):
             token()
         req.finish("stop", input_tokens=812, output_tokens=tokens)
 
+    def engine_tokens_unsampled():
+        req = unsampled.start("m", instance="10.0.0.7:8000", pool="stable")
+        token = req.token
+        for _ in range(tokens):
+            token()
+        req.finish("stop", input_tokens=812, output_tokens=tokens)
+
     def span_events():
         span = otel.start_span("chat m", attributes=ATTRIBUTES)
         for _ in range(tokens):
@@ -92,6 +101,7 @@ def rows(otel, tracer: RequestTracer, tokens: int):
         "tracer, engine": engine,
         f"tracer, engine + {tokens} tokens": engine_tokens,
         f"tracer, gateway + {tokens} tokens": gateway_tokens,
+        f"tracer, engine + {tokens} tok, unsampled": engine_tokens_unsampled,
         f"span + {tokens} events": span_events,
     }
 
@@ -111,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     tracer = RequestTracer(registry=CollectorRegistry(), tracer_provider=handle.provider,
                            sampler=TailSampler(random_share=0.01, seed=1))
     otel = handle.provider.get_tracer("bench")
-    table = rows(otel, tracer, args.tokens)
+    dropped_by_head = setup_tracing("bench", exporter=exporter, head_ratio=0.0)
+    unsampled = RequestTracer(registry=CollectorRegistry(), tracer_provider=dropped_by_head.provider,
+                              sampler=TailSampler(random_share=0.01, seed=1))
+    table = rows(otel, tracer, unsampled, args.tokens)
     for method in table.values():  # warm up: label children, code paths
         method()
     results: dict[str, list[float]] = {name: [] for name in table}
@@ -125,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name].append((now() - start) / args.requests / 1000)
     handle.force_flush()
     handle.shutdown()
+    dropped_by_head.shutdown()
 
     median = {name: statistics.median(values) for name, values in results.items()}
     baseline = median["bare span (baseline)"]
@@ -142,9 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"per-request cost, median of {args.rounds} rounds x {args.requests} requests "
           f"(export: BatchSpanProcessor + OTLP encoding)")
-    print(f"{'row':<34}{'us/request':>12}{'x bare span':>13}")
+    print(f"{'row':<40}{'us/request':>12}{'x bare span':>13}")
     for name, value in median.items():
-        print(f"{name:<34}{value:>12.1f}{value / baseline:>13.2f}")
+        print(f"{name:<40}{value:>12.1f}{value / baseline:>13.2f}")
     print(f"\nspans exported: {exporter.spans}, dropped: {handle.dropped_spans():.0f}")
     return 0
 
