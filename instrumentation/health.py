@@ -40,6 +40,10 @@ class GatewayHealth:
     def instance_started(self, instance: str, *, model: str = "", pool: str = "",
                          start_time: float | None = None, state: str = "cold") -> None:
         """A (new or restarted) instance joined the pool at ``start_time`` (Unix seconds, default now)."""
+        if state not in STATES:
+            raise ValueError(f"unknown instance state {state!r}; expected one of {', '.join(STATES)}")
+        if not instance:
+            raise ValueError("instance must be a non-empty name or host:port")
         self.start_time.labels(model, instance, pool).set(time.time() if start_time is None else start_time)
         self.set_state(instance, state, model=model, pool=pool)
 
@@ -69,6 +73,8 @@ class GatewayHealth:
 
     def health_check(self, instance: str, ok: bool, *, model: str = "", pool: str = "") -> None:
         """One health-check result for ``instance``."""
+        if not instance:
+            raise ValueError("instance must be a non-empty name or host:port")
         self.checks.labels(model, instance, pool).inc()
         if not ok:
             self.check_failures.labels(model, instance, pool).inc()

@@ -77,5 +77,10 @@ def test_bad_state_is_refused_and_changes_nothing():
         health.set_state("e0", "on_fire", **WHERE)
     with pytest.raises(ValueError, match="instance"):
         health.set_state("", "healthy", **WHERE)
+    with pytest.raises(ValueError, match="instance"):
+        health.health_check("", ok=False, **WHERE)
+    with pytest.raises(ValueError, match="unknown instance state"):
+        health.instance_started("e1", state="warm", **WHERE)
     assert health.current_state("e0", **WHERE) == "healthy"
     assert value(registry, gateway.INSTANCE_STATE, instance="e0", state="healthy", **WHERE) == 1
+    assert value(registry, gateway.INSTANCE_START_TIME, instance="e1", **WHERE) is None  # refused before any write
