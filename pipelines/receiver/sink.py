@@ -20,13 +20,14 @@ from infersight.pipelines.schema import ddl
 DEDUP_WINDOW = 10_000  # inserts remembered per table; covers hours of retries and replays
 DEDUP_TABLES = (ddl.TRACES, ddl.TRACE_ID_TS, ddl.TOKENS, ddl.REQUESTS_1M)
 
-# ClickHouse error codes that mean "this data can never be inserted" (parse and type errors, a
-# view that cannot take a row: 349). Everything else (connection refused, timeouts, too many parts,
-# memory, a missing table before the migration ...) is transient: retried, then kept in the spool.
-# A permanent failure is rare (upb has already checked the request); when a view fails, the main
-# table may already hold the batch, so splitting it can store those rows twice (no transactions).
+# ClickHouse error codes that mean "this data can never be inserted": parse and type errors, a
+# view that cannot take a row (349), a CHECK constraint (469). Everything else (connection refused,
+# timeouts, too many parts, memory, a missing table before the migration ...) is transient: retried,
+# then kept in the spool. A permanent failure is rare (upb has already checked the request); when a
+# view fails, the main table may already hold the batch, so splitting it can store those rows twice
+# (ClickHouse has no transaction across a table and its views).
 PERMANENT_CODES = frozenset({
-    6, 26, 27, 32, 33, 38, 41, 53, 69, 70, 72, 117, 131, 190, 321, 349, 407,
+    6, 26, 27, 32, 33, 38, 41, 53, 69, 70, 72, 117, 131, 190, 321, 349, 407, 469,
     433, 434, 435, 436, 437, 438, 439, 440, 441, 442, 443, 444, 445, 446,
 })
 _CODE = re.compile(r"Code: (\d+)")

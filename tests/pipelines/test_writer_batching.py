@@ -1,0 +1,126 @@
+"""The batching writer against a real ClickHouse: batch limits, deduplication, backpressure, refusals."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from infersight.pipelines.receiver.ingest_sql import frame
+from infersight.pipelines.receiver.metrics import PipelineMetrics
+from infersight.pipelines.receiver.sink import ClickHouseSink
+from infersight.pipelines.receiver.spool import Spool
+from infersight.pipelines.receiver.writer import QueueFull, Refused, Writer, WriterOptions, batch_token
+from tests.pipelines.receiver_payloads import migrate, post, request, start_receiver
+
+
+@pytest.fixture
+def dsn(clickhouse_server, clickhouse_database):
+    migrate(clickhouse_server, clickhouse_database)
+    return f"{clickhouse_server.url}/{clickhouse_database}"
+
+
+@pytest.fixture
+def ch(clickhouse_server, clickhouse_database):
+    client = clickhouse_server.client(clickhouse_database)
+    yield client
+    client.close()
+
+
+def make_writer(dsn, tmp_path, **options) -> Writer:
+    return Writer(ClickHouseSink(dsn), Spool(tmp_path / "spool", 10**8), WriterOptions(**options), PipelineMetrics())
+
+
+def count(ch, table: str = "otel_traces") -> int:
+    return ch.query(f"SELECT count() FROM {table}").result_rows[0][0]
+
+
+def test_batches_close_at_batch_rows_and_on_time(dsn, ch, tmp_path):
+    writer = make_writer(dsn, tmp_path, batch_rows=100, batch_seconds=0.5).start()
+    try:
+        futures = [writer.submit(request(spans=40).SerializeToString(), 40) for _ in range(5)]
+        for future in futures:
+            future.result(timeout=30)
+    finally:
+        writer.stop()
+    assert count(ch) == 200
+    # 40+40 fill a batch (a third would pass 100 rows), twice; the last 40 leave on the timer
+    histogram = writer.metrics.batch_rows
+    assert histogram._sum.get() == 200
+    assert sum(b.get() for b in histogram._buckets) == 3
+    assert writer.pending_spans == 0 and writer.metrics.queue_depth._value.get() == 0
+
+
+def test_a_retried_batch_is_stored_once_in_the_table_and_its_views(dsn, ch):
+    sink = ClickHouseSink(dsn)
+    req = request(spans=20, attributes={"llm.request.outcome": "success", "gen_ai.usage.output_tokens": 3,
+                                        "llm.ttft_ms": 5.0}, tokens=4)
+    framed = frame([req.SerializeToString()])
+    token = batch_token(framed)
+    for _ in range(3):  # e.g. the answer was lost twice; the writer sends the same batch again
+        sink.insert(framed, token)
+    assert count(ch) == 20
+    assert count(ch, "llm_token_events") == 80
+    assert ch.query("SELECT sum(Requests) FROM llm_requests_1m").result_rows[0][0] == 20
+    created = dict(ch.query("SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase()")
+                   .result_rows)
+    assert "non_replicated_deduplication_window" in created["otel_traces"]
+    # a different batch with the same spans in another grouping is a new insert
+    sink.insert(frame([req.SerializeToString(), request(spans=1).SerializeToString()]), "another-token")
+    assert count(ch) == 41
+    sink.close()
+
+
+def test_a_refused_request_fails_alone_and_its_batch_mates_are_stored(dsn, ch, tmp_path):
+    ch.command("ALTER TABLE otel_traces ADD CONSTRAINT no_poison CHECK SpanName != 'poison'")
+    poisoned = request(spans=2)
+    poisoned.resource_spans[0].scope_spans[0].spans[1].name = "poison"
+    writer = make_writer(dsn, tmp_path, batch_rows=1000, batch_seconds=0.5).start()
+    try:
+        good = [writer.submit(request(spans=3).SerializeToString(), 3) for _ in range(2)]
+        bad = writer.submit(poisoned.SerializeToString(), 2)
+        later = writer.submit(request(spans=3).SerializeToString(), 3)
+        for future in good + [later]:
+            future.result(timeout=30)
+        with pytest.raises(Refused, match="no_poison"):
+            bad.result(timeout=30)
+    finally:
+        writer.stop()
+    assert count(ch) == 9
+    assert writer.metrics.insert_errors.labels(kind="permanent")._value.get() >= 1
+
+
+def test_a_full_queue_answers_429_and_resource_exhausted(dsn, tmp_path):
+    handle = start_receiver(dsn, tmp_path / "spool", queue_max_spans=10, batch_seconds=3.0)
+    first: dict = {}
+    try:
+        url = handle.http_url + "/v1/traces"
+        waiting = threading.Thread(target=lambda: first.update(status=post(url, request(8).SerializeToString())[0]))
+        waiting.start()
+        while handle.receiver.writer.pending_spans < 8:  # the first request is queued, waiting for its batch
+            waiting.join(0.01)
+        status, headers, body = post(url, request(5).SerializeToString())
+        assert status == 429 and int(headers["Retry-After"]) >= 1
+        assert "queue_max_spans=10" in status_pb2.Status.FromString(body).message
+        status, headers, body = post(url, json.dumps({"resourceSpans": []}).encode(), "application/json")
+        assert status == 200  # an empty request takes no room
+        with grpc.insecure_channel(handle.grpc_target) as channel:
+            export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+            with pytest.raises(grpc.RpcError) as err:
+                export(request(5).SerializeToString(), timeout=10)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        details = dict(err.value.trailing_metadata())["grpc-status-details-bin"]
+        retry = error_details_pb2.RetryInfo()
+        assert status_pb2.Status.FromString(details).details[0].Unpack(retry)
+        assert retry.retry_delay.seconds >= 1
+        waiting.join(30)
+        assert first["status"] == 200  # the queued request was stored and acknowledged
+    finally:
+        handle.stop()
+    with pytest.raises(QueueFull):  # the bound holds for direct callers too
+        writer = make_writer(dsn, tmp_path / "w2", queue_max_spans=5, batch_seconds=60)
+        writer.submit(b"x", 4)
+        writer.submit(b"y", 4)
