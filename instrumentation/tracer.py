@@ -402,6 +402,12 @@ class RequestContext:
              response_id: str | None = None) -> RequestSummary:
         if self._summary is not None:
             return self._summary
+        # Refuse bad usage before anything changes: a half-finished request would leak its
+        # in-flight count and never end its span.
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
+                            ("cached_input_tokens", cached_input_tokens)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
         end_ns = _now()
         self._leave_queue(end_ns)
         if cached_input_tokens is None:

@@ -191,6 +191,10 @@ def test_bad_input_is_refused_and_leaves_the_request_usable():
         req.retry(backoff_s=-1)
     with pytest.raises(ValueError, match="error_type"):
         req.fail("")
+    with pytest.raises(ValueError, match="output_tokens must be a non-negative integer"):
+        req.finish("stop", output_tokens=-3)
+    with pytest.raises(ValueError, match="input_tokens"):
+        req.cancel(input_tokens="many")
     assert not req.finished and not traced.spans()
     assert req.finish("stop").outcome == "success"
     assert traced.metric("llm_requests_total", model=MODEL, instance="", pool="", strategy="",
