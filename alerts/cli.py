@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -53,6 +54,11 @@ def run_build(args, config) -> int:
               file=sys.stderr)
     if not am.slack_api_url_file:
         print("note: alertmanager.slack_api_url_file is not set; warnings go to the ticket webhook", file=sys.stderr)
+    for key in ("pagerduty_routing_key_file", "slack_api_url_file"):
+        path = getattr(am, key)
+        if path and not Path(path).is_file():
+            print(f"note: alertmanager.{key} {path} does not exist on this machine; Alertmanager must find it "
+                  "where it runs", file=sys.stderr)
     return _check(built) if args.check else 0
 
 

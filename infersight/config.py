@@ -8,6 +8,7 @@ expected; the CLI prints it without a traceback.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -73,6 +74,17 @@ class Thresholds(Section):
     spans_rejected_ratio: float = Field(0.01, gt=0, lt=1, description="share of received spans the pipeline refuses")
     exporter_jobs: str = Field("infersight.*", min_length=1,
                                description="regex of the Prometheus job names that scrape infersight exporters")
+
+    @field_validator("exporter_jobs")
+    @classmethod
+    def _a_regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc}); e.g. infersight.*") from None
+        if '"' in value or "\\" in value:
+            raise ValueError("quotes and backslashes are not allowed here (it goes into a PromQL string)")
+        return value
 
 
 class Capacity(Section):

@@ -73,3 +73,11 @@ def test_list_as_json_and_csv(capsys):
     assert storm["runbook"].endswith("/alerts/runbooks/LLMRetryStorm.md")
     assert main(["alerts", "list", "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "alert,severity,signal,for,summary,runbook"
+
+
+def test_missing_secret_file_is_noted_not_read(tmp_path, capsys):
+    config = tmp_path / "infersight.yaml"
+    config.write_text("alertmanager:\n  pagerduty_routing_key_file: /run/secrets/nowhere.key\n")
+    assert main(["--config", str(config), "alerts", "build", "--out", str(tmp_path / "o")]) == 0
+    assert "pagerduty_routing_key_file /run/secrets/nowhere.key does not exist" in capsys.readouterr().err
+    assert "routing_key_file: /run/secrets/nowhere.key" in (tmp_path / "o" / "alertmanager.yml").read_text()

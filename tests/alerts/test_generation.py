@@ -190,3 +190,11 @@ def test_every_recording_rule_has_an_exact_value_test(limits):
     exprs = " ".join(t["expr"] for t in doc["tests"][0]["promql_expr_test"])
     missing = [r.record for r in recording_rules(limits) if not re.search(re.escape(r.record) + r"\b", exprs)]
     assert missing == []
+
+
+@pytest.mark.parametrize("value, words", [("infer(", "not a valid regular expression"),
+                                          ('a"b', "quotes and backslashes")])
+def test_exporter_jobs_must_be_a_plain_regex(value, words):
+    with pytest.raises(ConfigError, match="thresholds.exporter_jobs") as err:
+        parse_config({"thresholds": {"exporter_jobs": value}})
+    assert words in str(err.value)
