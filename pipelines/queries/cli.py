@@ -168,14 +168,6 @@ def _print(rows, args, columns: list[str]) -> None:
     print(render(rows, args.format, None if args.format == "json" else columns))
 
 
-def _drop_arrays(rows, args, keys: tuple[str, ...]) -> None:
-    """The raw quantile arrays are for scripts (json); tables and csv show the named columns."""
-    if args.format != "json":
-        for row in rows:
-            for key in keys:
-                row.pop(key, None)
-
-
 def run_slowest(args, config) -> int:
     from infersight.pipelines.queries import library
 
@@ -283,7 +275,6 @@ def run_percentiles(args, config) -> int:
     window = _window(args)
     rows = library.percentiles(client, db, window.start, window.end, by=args.by, service=args.service,
                                pool=args.pool, instance=args.instance)
-    _drop_arrays(rows, args, ("ttft", "tpot", "e2e"))
     _print(rows, args, ["minute", "service", args.by, "requests", "errors", "ttft_p50_ms", "ttft_p95_ms",
                         "ttft_p99_ms", "tpot_p95_ms", "e2e_p95_ms"])
     return 0
@@ -296,7 +287,6 @@ def run_compare(args, config) -> int:
     window = _window(args)
     pools = tuple(p.strip() for p in args.pools.split(",") if p.strip()) if args.pools else ()
     rows = library.compare_pools(client, db, window.start, window.end, service=args.service, pools=pools)
-    _drop_arrays(rows, args, ("ttft",))
     _print(rows, args, ["service", "pool", "requests", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tokens_per_s",
                         "error_rate"])
     return 0

@@ -64,20 +64,12 @@ LIMIT {{limit:UInt32}}"""
     return _rows(client, sql, {"db": db, "start": start, "end": end, "limit": limit, **_filters(**filters)})
 
 
-def trace_range(client, db: str, trace_id: str) -> tuple[dt.datetime, dt.datetime]:
-    """When a trace happened, from the exporter's TraceId lookup table (so span reads prune by time)."""
-    rows = _rows(client, """
-SELECT min(Start) AS start, max(End) AS end, count() AS found
-FROM {db:Identifier}.otel_traces_trace_id_ts WHERE TraceId = {trace:String}""", {"db": db, "trace": trace_id})
-    start, end, found = rows[0]["start"], rows[0]["end"], rows[0]["found"]
-    if not found:
-        raise TraceNotFound(trace_id)
-    return start, end + dt.timedelta(seconds=1)
-
-
 def trace_spans(client, db: str, trace_id: str) -> list[dict[str, Any]]:
-    """The span tree of one trace, depth-first, with the attributes that explain each step."""
-    start, end = trace_range(client, db, trace_id)
+    """The span tree of one trace, depth-first, with the attributes that explain each step.
+
+    The exporter's TraceId -> (Start, End) lookup bounds the time range in the same query, so the
+    read prunes partitions and granules before the TraceId bloom filter is even consulted.
+    """
     rows = _rows(client, """
 SELECT SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, SpanName AS name, Timestamp AS started,
        round(Duration / 1e6, 2) AS duration_ms, StatusCode AS status, Instance AS instance, Pool AS pool,
@@ -86,10 +78,13 @@ SELECT SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, Spa
        SpanAttributes[{k_cache:String}] AS prefix_cache_ratio, nullIf(InputTokens, 0) AS input_tokens,
        nullIf(CachedInputTokens, 0) AS cached_input_tokens, nullIf(OutputTokens, 0) AS output_tokens
 FROM {db:Identifier}.otel_traces
-WHERE TraceId = {trace:String} AND Timestamp >= {start:DateTime64(9)} AND Timestamp <= {end:DateTime64(9)}
-ORDER BY Timestamp, SpanId""", {"db": db, "trace": trace_id, "start": start, "end": end,
-                                 "k_strategy": attr.ROUTING_STRATEGY, "k_candidates": attr.ROUTING_CANDIDATES,
-                                 "k_cache": attr.ROUTING_PREFIX_CACHE_RATIO})
+WHERE TraceId = {trace:String}
+  AND Timestamp >= (SELECT min(Start) FROM {db:Identifier}.otel_traces_trace_id_ts WHERE TraceId = {trace:String})
+  AND Timestamp < (SELECT max(End) + 1 FROM {db:Identifier}.otel_traces_trace_id_ts WHERE TraceId = {trace:String})
+ORDER BY Timestamp, SpanId""", {"db": db, "trace": trace_id, "k_strategy": attr.ROUTING_STRATEGY,
+                                 "k_candidates": attr.ROUTING_CANDIDATES, "k_cache": attr.ROUTING_PREFIX_CACHE_RATIO})
+    if not rows:
+        raise TraceNotFound(trace_id)
     return _tree_order(rows)
 
 
@@ -220,17 +215,18 @@ def percentiles(client, db: str, start: dt.datetime, end: dt.datetime, by: str =
     """TTFT / TPOT / e2e p50, p95, p99 per minute and per instance (or pool, model...) from the rollup."""
     key = GROUP_COLUMNS[by]
     return _rows(client, f"""
-SELECT Minute AS minute, ServiceName AS service, {key} AS {by}, sum(Requests) AS requests,
-       sum(Errors) + sum(Timeouts) AS errors, quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS ttft,
-       quantilesMerge(0.5, 0.95, 0.99)(TpotMs) AS tpot, quantilesMerge(0.5, 0.95, 0.99)(E2eMs) AS e2e,
-       round(ttft[1], 1) AS ttft_p50_ms, round(ttft[2], 1) AS ttft_p95_ms, round(ttft[3], 1) AS ttft_p99_ms,
-       round(tpot[2], 2) AS tpot_p95_ms, round(e2e[2], 1) AS e2e_p95_ms
-FROM {{db:Identifier}}.llm_requests_1m
-WHERE Minute >= toStartOfMinute({{start:DateTime64(9)}}) AND Minute < {{end:DateTime64(9)}}
-  AND ({{service:String}} = '' OR ServiceName = {{service:String}})
-  AND ({{pool:String}} = '' OR Pool = {{pool:String}})
-  AND ({{instance:String}} = '' OR Instance = {{instance:String}})
-GROUP BY minute, service, {by}
+SELECT minute, service, {by}, requests, errors, round(ttft[1], 1) AS ttft_p50_ms, round(ttft[2], 1) AS ttft_p95_ms,
+       round(ttft[3], 1) AS ttft_p99_ms, round(tpot[2], 2) AS tpot_p95_ms, round(e2e[2], 1) AS e2e_p95_ms
+FROM (
+    SELECT Minute AS minute, ServiceName AS service, {key} AS {by}, sum(Requests) AS requests,
+           sum(Errors) + sum(Timeouts) AS errors, quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS ttft,
+           quantilesMerge(0.5, 0.95, 0.99)(TpotMs) AS tpot, quantilesMerge(0.5, 0.95, 0.99)(E2eMs) AS e2e
+    FROM {{db:Identifier}}.llm_requests_1m
+    WHERE Minute >= toStartOfMinute({{start:DateTime64(9)}}) AND Minute < {{end:DateTime64(9)}}
+      AND ({{service:String}} = '' OR ServiceName = {{service:String}})
+      AND ({{pool:String}} = '' OR Pool = {{pool:String}})
+      AND ({{instance:String}} = '' OR Instance = {{instance:String}})
+    GROUP BY minute, service, {by})
 ORDER BY minute, service, {by}""",
                  {"db": db, "start": start, "end": end, "service": service or "", "pool": pool or "",
                   "instance": instance or ""})
@@ -244,14 +240,16 @@ def compare_pools(client, db: str, start: dt.datetime, end: dt.datetime, service
     tokens/s is output tokens over decode time (e2e minus TTFT) of requests that produced tokens.
     """
     return _rows(client, """
-SELECT ServiceName AS service, Pool AS pool, sum(Requests) AS requests,
-       quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS ttft, round(ttft[1], 1) AS ttft_p50_ms,
-       round(ttft[2], 1) AS ttft_p95_ms, round(ttft[3], 1) AS ttft_p99_ms,
-       round(if(sum(DecodeSeconds) > 0, sum(OutputTokens) / sum(DecodeSeconds), NULL), 1) AS tokens_per_s,
-       round((sum(Errors) + sum(Timeouts) + sum(Rejected)) / sum(Requests), 4) AS error_rate
-FROM {db:Identifier}.llm_requests_1m
-WHERE Minute >= toStartOfMinute({start:DateTime64(9)}) AND Minute < {end:DateTime64(9)}
-  AND ({service:String} = '' OR ServiceName = {service:String})
-  AND (empty({pools:Array(String)}) OR has({pools:Array(String)}, Pool))
-GROUP BY service, pool
+SELECT service, pool, requests, round(ttft[1], 1) AS ttft_p50_ms, round(ttft[2], 1) AS ttft_p95_ms,
+       round(ttft[3], 1) AS ttft_p99_ms, tokens_per_s, error_rate
+FROM (
+    SELECT ServiceName AS service, Pool AS pool, sum(Requests) AS requests,
+           quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS ttft,
+           round(if(sum(DecodeSeconds) > 0, sum(OutputTokens) / sum(DecodeSeconds), NULL), 1) AS tokens_per_s,
+           round((sum(Errors) + sum(Timeouts) + sum(Rejected)) / sum(Requests), 4) AS error_rate
+    FROM {db:Identifier}.llm_requests_1m
+    WHERE Minute >= toStartOfMinute({start:DateTime64(9)}) AND Minute < {end:DateTime64(9)}
+      AND ({service:String} = '' OR ServiceName = {service:String})
+      AND (empty({pools:Array(String)}) OR has({pools:Array(String)}, Pool))
+    GROUP BY service, pool)
 ORDER BY service, pool""", {"db": db, "start": start, "end": end, "service": service or "", "pools": list(pools)})
