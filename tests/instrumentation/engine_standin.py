@@ -10,6 +10,7 @@ Each request may carry a ``standin`` object in its JSON body (``extra_body`` in 
     status (200: else answer that status with an OpenAI error body)
     garbage (false: answer 200 text/event-stream with bytes that are not SSE)
     crash_after (None: drop the connection after that many tokens)
+    half_event_after (None: after that many tokens, send half an event and hang)
     stamp (false: each token's text is the monotonic_ns time it was sent, for latency benchmarks)
 
 Every request is logged as a :class:`Served` with the exact bytes written, whether the client
@@ -114,6 +115,9 @@ class EngineStandin:
         await asyncio.sleep(plan.get("first_token_delay", 0))
         tokens = plan.get("tokens", 5)
         for index in range(tokens):
+            if index == plan.get("half_event_after"):
+                await send(_event(_chunk(chat, model, {"content": "cut"}, None))[:20])
+                await asyncio.sleep(3600)  # until the proxy gives up and cancels us
             if index == plan.get("crash_after"):
                 request.transport.close()  # an engine dying mid-stream
                 return response

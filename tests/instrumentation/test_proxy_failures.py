@@ -5,6 +5,7 @@ whether the engine stand-in was told to stop (its request handler cancelled).
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -86,6 +87,22 @@ def test_stall_mid_stream_is_an_idle_timeout(stack):
     span = stack.wait_request_span()
     assert span.attributes[attr.TOKEN_COUNT] == 4
     assert len(span.attributes[attr.TOKEN_OFFSETS_US]) == 4
+    assert engine_was_cancelled(stack)
+
+
+def test_idle_timeout_inside_a_half_sent_event(stack):
+    """The error event must still parse: the proxy ends the broken event before writing its own."""
+    with client_for(stack) as client:
+        with client.chat.completions.with_streaming_response.create(
+                model=MODEL, messages=MESSAGES, stream=True,
+                extra_body={"standin": {"tokens": 5, "half_event_after": 2}}) as response:
+            received = b"".join(response.iter_bytes())
+    sent = bytes(stack.engine.served[-1].sent)
+    assert received.startswith(sent)  # everything the engine sent, unchanged
+    tail = received[len(sent):]
+    assert tail.startswith(b"\n\ndata: {")
+    assert json.loads(tail.strip()[len(b"data: "):])["error"]["code"] == "idle_timeout"
+    assert_timeout_span(stack, "idle")
     assert engine_was_cancelled(stack)
 
 
