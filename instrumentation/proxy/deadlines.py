@@ -5,11 +5,12 @@
 - ``idle``: after the first token, the longest wait for the next token-carrying chunk.
 - ``total``: from request arrival to the end of the response.
 
-Zero or ``None`` disables a timeout. Times are ``loop.time()`` values, as ``asyncio.timeout_at`` wants.
+Zero or ``None`` disables a timeout. Times are event-loop times (``loop.time()``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 
@@ -50,3 +51,50 @@ class Deadlines:
         if phase_at is None or (self.total_at is not None and self.total_at <= phase_at):
             return self.total_at, "total"
         return phase_at, kind
+
+
+class Watchdog:
+    """Enforces a request's deadlines with one timer, instead of a new timer around every read.
+
+    A token only moves the deadline (two attribute writes, on the hot path). When the timer fires
+    before the moved deadline it re-arms itself there; when a deadline has truly passed it records
+    which one (``expired``) and cancels the request's task, which turns that into a timeout answer.
+    The first token re-arms at once: the idle deadline after it may come before the ttft one.
+    """
+
+    def __init__(self, deadlines: Deadlines, loop: asyncio.AbstractEventLoop, task: asyncio.Task) -> None:
+        self.deadlines = deadlines
+        self.loop = loop
+        self.task = task
+        self.first_token = False
+        self.expired: str | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def token(self) -> None:
+        self.deadlines.token(self.loop.time())
+        if not self.first_token:
+            self.first_token = True
+            self.stop()
+            self._arm()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _arm(self) -> None:
+        deadline, _ = self.deadlines.next(self.first_token)
+        if deadline is not None:
+            self._handle = self.loop.call_at(deadline, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        deadline, kind = self.deadlines.next(self.first_token)
+        if deadline is None:
+            return
+        if self.loop.time() < deadline:  # tokens moved it on since this timer was set
+            self._handle = self.loop.call_at(deadline, self._fire)
+            return
+        self.expired = kind
+        self.task.cancel()

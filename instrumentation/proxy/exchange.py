@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from infersight.instrumentation.proxy import errors, headers, recording
-from infersight.instrumentation.proxy.deadlines import Deadlines
+from infersight.instrumentation.proxy.deadlines import Deadlines, Watchdog
 from infersight.instrumentation.proxy.sse import ResponseFacts, StreamInspector, inspect_json_body
 from infersight.instrumentation.tracer import RequestContext
 
@@ -65,12 +65,11 @@ class Exchange:
         self.context = context
         self.request = request
         self.operation = operation
-        self.loop = asyncio.get_running_loop()
-        self.deadlines = Deadlines(context.timeouts, self.loop.time())
-        self.pending_kind = "total"  # which timeout the current wait is under
+        loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.watchdog = Watchdog(Deadlines(context.timeouts, loop.time()), loop, self.task)
         self.response: web.StreamResponse | None = None  # set once the client response has started
         self.inspector: StreamInspector | None = None
-        self.first_token = False
 
     async def run(self, body: bytes) -> web.StreamResponse:
         info = RequestInfo.parse(self.operation, body)
@@ -93,10 +92,6 @@ class Exchange:
             error = errors.upstream_unreachable(context.upstream_label, exc)
             recording.failed(record, error.code, error.message)
             return await self._answer_error(error, upstream)
-        except TimeoutError:
-            kind = self.pending_kind
-            recording.timed_out(record, kind, self._facts())
-            return await self._answer_error(errors.timeout_error(kind, context.timeouts.seconds(kind)), upstream)
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             error = errors.upstream_broke(str(exc) or type(exc).__name__)
             recording.failed(record, error.code, error.message, self._facts())
@@ -105,39 +100,36 @@ class Exchange:
             recording.cancelled(record, self._facts())
             return self.response or web.Response(status=499)
         except asyncio.CancelledError:
+            kind = self.watchdog.expired
+            if kind is not None and self.task.cancelling() == 1:  # the watchdog's cancel, nobody else's
+                self.task.uncancel()
+                recording.timed_out(record, kind, self._facts())
+                return await self._answer_error(errors.timeout_error(kind, context.timeouts.seconds(kind)), upstream)
             # The client went away while we waited (aiohttp cancels the handler): the upstream
             # connection is closed in ``finally``, which aborts the generation.
             recording.cancelled(record, self._facts())
             raise
         finally:
+            self.watchdog.stop()
             _let_go(upstream)
 
     # -- the upstream call ----------------------------------------------------------------
     async def _send(self, body: bytes, trace_headers: dict[str, str]) -> aiohttp.ClientResponse:
-        deadline, self.pending_kind = self.deadlines.next(False)
-        url = self.context.upstream_url(self.request)
-        async with asyncio.timeout_at(deadline):
-            return await self.context.session.request(
-                self.request.method, url, data=body,
-                headers=headers.to_upstream(self.request.headers, trace_headers, instrumented=True))
-
-    async def _read(self, upstream: aiohttp.ClientResponse) -> bytes:
-        deadline, self.pending_kind = self.deadlines.next(self.first_token)
-        async with asyncio.timeout_at(deadline):
-            return await upstream.content.readany()
+        return await self.context.session.request(
+            self.request.method, self.context.upstream_url(self.request), data=body,
+            headers=headers.to_upstream(self.request.headers, trace_headers, instrumented=True))
 
     # -- relaying the three kinds of answer -----------------------------------------------
     async def _relay_stream(self, upstream: aiohttp.ClientResponse, record: RequestContext) -> web.StreamResponse:
         inspector = self.inspector = StreamInspector()
-        while data := await self._read(upstream):
+        while data := await upstream.content.readany():
             if self.response is None:
                 await self._start_response(upstream)
             await self.response.write(data)  # forward first: the client never waits on our parsing
             carried = inspector.feed(data)
             if carried:  # one token time per event that carries output
                 record.tokens(carried)
-                self.first_token = True
-                self.deadlines.token(self.loop.time())
+                self.watchdog.token()
         if self.response is None:  # an empty body
             await self._start_response(upstream)
         inspector.finish()
@@ -147,24 +139,18 @@ class Exchange:
 
     async def _relay_json(self, upstream: aiohttp.ClientResponse, record: RequestContext) -> web.StreamResponse:
         # Not streamed: no token times and no TTFT (the client sees every token at once).
-        body = await self._read_all(upstream)
+        body = await upstream.read()  # a non-streaming answer is its own first token: ttft bounds it
         self.response = self._buffered_response(upstream, body)
         recording.completed(record, inspect_json_body(body), streamed=False)
         return self.response
 
     async def _relay_unsuccessful(self, upstream: aiohttp.ClientResponse,
                                   record: RequestContext) -> web.StreamResponse:
-        body = await self._read_all(upstream)
+        body = await upstream.read()
         message = inspect_json_body(body).upstream_error or body[:200].decode("utf-8", "replace")
         recording.answered_status(record, upstream.status, message)
         self.response = self._buffered_response(upstream, body)
         return self.response
-
-    async def _read_all(self, upstream: aiohttp.ClientResponse) -> bytes:
-        # A non-streaming answer is its own first token: the ttft and total deadlines bound it.
-        deadline, self.pending_kind = self.deadlines.next(False)
-        async with asyncio.timeout_at(deadline):
-            return await upstream.read()
 
     # -- writing to the client ------------------------------------------------------------
     @staticmethod
@@ -179,6 +165,7 @@ class Exchange:
 
     async def _answer_error(self, error: errors.ProxyError,
                             upstream: aiohttp.ClientResponse | None) -> web.StreamResponse:
+        self.watchdog.stop()  # the request is ending: no deadline may interrupt the error answer
         _let_go(upstream)  # stop the engine before anything else
         if self.response is None:
             return web.Response(status=error.status, body=error.body(), content_type="application/json")

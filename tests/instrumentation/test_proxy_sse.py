@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
-from infersight.instrumentation.proxy.deadlines import Deadlines, Timeouts
+from infersight.instrumentation.proxy.deadlines import Deadlines, Timeouts, Watchdog
 from infersight.instrumentation.proxy.sse import StreamInspector, inspect_json_body
 
 
@@ -120,3 +121,46 @@ def test_disabled_timeouts():
     assert deadlines.next(True) == (None, "total")
     with pytest.raises(ValueError, match="idle timeout must be >= 0"):
         Timeouts(idle=-1)
+
+
+async def _watch(timeouts: Timeouts, token_times: list[float], limit: float = 3.0) -> tuple[str | None, float]:
+    """Run a Watchdog over a task that "receives" tokens at the given offsets; (expired kind, elapsed)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+
+    async def request() -> None:
+        watchdog = Watchdog(Deadlines(timeouts, start), loop, asyncio.current_task())
+        holder.append(watchdog)
+        for at in token_times:
+            await asyncio.sleep(max(0.0, start + at - loop.time()))
+            watchdog.token()
+        await asyncio.sleep(limit)
+
+    holder: list[Watchdog] = []
+    task = asyncio.create_task(request())
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    return holder[0].expired, loop.time() - start
+
+
+def test_watchdog_rearms_on_first_token():
+    """ttft 10 s, idle 50 ms: after the first token the (earlier) idle deadline must apply at once."""
+    expired, elapsed = asyncio.run(_watch(Timeouts(ttft=10, idle=0.05, total=0), [0.0]))
+    assert expired == "idle" and elapsed < 1
+
+
+def test_watchdog_follows_tokens_then_fires():
+    tokens = [0.02 * i for i in range(1, 11)]  # every 20 ms for 200 ms, idle limit 80 ms
+    expired, elapsed = asyncio.run(_watch(Timeouts(ttft=1, idle=0.08, total=0), tokens))
+    assert expired == "idle"
+    assert 0.26 <= elapsed < 1.5  # not before the last token + 80 ms
+
+
+def test_watchdog_ttft_and_total():
+    assert asyncio.run(_watch(Timeouts(ttft=0.05, idle=1, total=0), []))[0] == "ttft"
+    tokens = [0.02 * i for i in range(1, 30)]
+    assert asyncio.run(_watch(Timeouts(ttft=1, idle=1, total=0.2), tokens))[0] == "total"
+    expired, _ = asyncio.run(_watch(Timeouts(ttft=0, idle=0, total=0), [], limit=0.05))
+    assert expired is None  # all disabled: the request ends on its own
