@@ -62,6 +62,8 @@ def decode_json(body: bytes, max_attribute_length: int) -> Decoded:
         document = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadPayload(f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise BadPayload("malformed JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise BadPayload(f"OTLP/JSON body must be an object, got {type(document).__name__}")
     try:
@@ -69,7 +71,22 @@ def decode_json(body: bytes, max_attribute_length: int) -> Decoded:
         request = json_format.ParseDict(document, ExportTraceServiceRequest(), ignore_unknown_fields=True)
     except (json_format.ParseError, TypeError, AttributeError, ValueError) as exc:
         raise BadPayload(f"not an OTLP trace export request: {str(exc)[:300]}") from None
+    except RecursionError:
+        raise BadPayload("not an OTLP trace export request: nested too deeply") from None
     return _check(request, None, max_attribute_length)
+
+
+def canonical(payload: bytes) -> bytes:
+    """The request re-encoded without unknown fields.
+
+    upb keeps a field whose wire type does not match its number as an unknown field; ClickHouse's
+    stricter parser refuses the whole message (code 436). Re-encoding costs ~1 us per span, so it is
+    done only off the hot path: before a batch is spooled (acknowledged data must replay) and when
+    ClickHouse has refused a request once.
+    """
+    request = ExportTraceServiceRequest.FromString(payload)
+    request.DiscardUnknownFields()
+    return request.SerializeToString()
 
 
 def response_bytes(rejected: int, message: str = "", as_json: bool = False) -> bytes:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from infersight.pipelines.receiver.ingest_sql import frame, unframe
 from infersight.pipelines.receiver.metrics import PipelineMetrics
+from infersight.pipelines.receiver.otlp import canonical
 from infersight.pipelines.receiver.sink import InsertFailed
 from infersight.pipelines.receiver.spool import Spool, SpooledBatch, SpoolFull
 
@@ -213,7 +214,13 @@ class Writer:
         leftovers = []
         for index, request in enumerate(batch):
             try:
-                self.sink.insert(frame([request.payload]), f"{token}.{index}")
+                try:
+                    self.sink.insert(frame([request.payload]), f"{token}.{index}")
+                except InsertFailed as exc:
+                    if not exc.permanent:
+                        raise
+                    # Fields upb tolerated but ClickHouse does not: store the request without them.
+                    self.sink.insert(frame([canonical(request.payload)]), f"{token}.{index}.c")
             except InsertFailed as exc:
                 if exc.permanent:
                     self._fail([request], Refused(f"ClickHouse refused the data: {exc}"))
@@ -227,6 +234,9 @@ class Writer:
         log.warning("writer: a batch was refused (%s); stored its requests one by one", cause)
 
     def _to_spool(self, batch: list[_Request], framed: bytes, token: str, spans: int) -> None:
+        # Acknowledged data must replay: spool it in the form ClickHouse always parses. The token stays
+        # that of the original bytes, so a direct attempt that did land is not stored a second time.
+        framed = frame([canonical(r.payload) for r in batch])
         try:
             self.spool.append(token, spans, framed)
         except (SpoolFull, OSError) as exc:

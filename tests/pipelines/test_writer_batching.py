@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import grpc
 import pytest
@@ -124,3 +125,23 @@ def test_a_full_queue_answers_429_and_resource_exhausted(dsn, tmp_path):
         writer = make_writer(dsn, tmp_path / "w2", queue_max_spans=5, batch_seconds=60)
         writer.submit(b"x", 4)
         writer.submit(b"y", 4)
+
+
+def test_a_field_clickhouse_cannot_parse_is_dropped_not_the_request(dsn, ch, tmp_path):
+    """upb keeps a known field sent with the wrong wire type as unknown; ClickHouse refuses it (436)."""
+    from tests.pipelines.test_fuzz_receivers import _field
+
+    now = time.time_ns().to_bytes(8, "little")
+    span = (_field(1, bytes(range(1, 17))) + _field(2, bytes(range(1, 9))) + _field(5, b"odd")
+            + bytes([7 << 3 | 1]) + now + bytes([8 << 3 | 1]) + now  # start and end, fixed64
+            + bytes([1 << 3 | 0, 0x97, 0x01]))  # trace_id again, as a varint: upb keeps it as unknown
+    odd = _field(1, _field(2, _field(2, span)))
+    writer = make_writer(dsn, tmp_path, batch_seconds=0.2).start()
+    try:
+        writer.submit(odd, 1).result(timeout=30)
+        writer.submit(request(spans=2).SerializeToString(), 2).result(timeout=30)
+    finally:
+        writer.stop()
+    assert ch.query("SELECT SpanName, SpanId FROM otel_traces WHERE SpanName = 'odd'").result_rows == [
+        ("odd", "0102030405060708")]
+    assert count(ch) == 3
