@@ -59,9 +59,11 @@ def register(subparsers) -> None:
     retries.add_argument("--min-attempts", type=_positive_int, default=2, help="default: 2")
     retries.add_argument("--limit", type=_positive_int, default=100, help="chains to show (default: 100)")
 
-    percentiles = _command(actions, "percentiles", "TTFT/TPOT/e2e percentiles per minute (from the rollup)",
+    percentiles = _command(actions, "percentiles", "TTFT (or TPOT, e2e) p50/p95/p99 per minute, from the rollup",
                            run_percentiles)
     percentiles.add_argument("--by", choices=("instance", "pool", "model", "strategy"), default="instance")
+    percentiles.add_argument("--metric", choices=("ttft", "tpot", "e2e"), default="ttft",
+                             help="time to first token, time per output token or end to end (default: ttft)")
     percentiles.add_argument("--pool", help="only this pool")
     percentiles.add_argument("--instance", help="only this instance")
     _service_flag(percentiles)
@@ -273,10 +275,10 @@ def run_percentiles(args, config) -> int:
 
     client, db = _store(args, config)
     window = _window(args)
-    rows = library.percentiles(client, db, window.start, window.end, by=args.by, service=args.service,
-                               pool=args.pool, instance=args.instance)
-    _print(rows, args, ["minute", "service", args.by, "requests", "errors", "ttft_p50_ms", "ttft_p95_ms",
-                        "ttft_p99_ms", "tpot_p95_ms", "e2e_p95_ms"])
+    rows = library.percentiles(client, db, window.start, window.end, by=args.by, metric=args.metric,
+                               service=args.service, pool=args.pool, instance=args.instance)
+    _print(rows, args, ["minute", "service", args.by, "requests", "errors",
+                        *(f"{args.metric}_{p}_ms" for p in ("p50", "p95", "p99"))])
     return 0
 
 

@@ -19,6 +19,7 @@ from infersight import attributes as attr
 
 SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration", "gap": "TokenGapMaxMs"}
 GROUP_COLUMNS = {"instance": "Instance", "pool": "Pool", "model": "Model", "strategy": "Strategy"}
+PERCENTILE_METRICS = {"ttft": "TtftMs", "tpot": "TpotMs", "e2e": "E2eMs"}
 
 # Optional filters: an empty parameter matches everything, so the SQL never changes shape.
 REQUEST_FILTERS = """
@@ -49,18 +50,26 @@ def _filters(model: str = "", instance: str = "", pool: str = "", strategy: str 
 
 def slowest(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "ttft", limit: int = 20,
             **filters: str) -> list[dict[str, Any]]:
-    """The slowest requests in ``[start, end)`` by TTFT or e2e duration, one row per trace."""
+    """The slowest requests in ``[start, end)`` by TTFT, e2e duration or longest gap, one row per trace.
+
+    Two phases: rank only (TraceId, SpanId, sort key), then fetch the columns of the winners;
+    sorting every column of a 10-minute window through ``LIMIT 1 BY`` took 4x longer.
+    """
     order = SORT_COLUMNS[by]
+    window = "Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)}"
     sql = f"""
 SELECT TraceId AS trace_id, Timestamp AS started, ServiceName AS service, Model AS model, Instance AS instance,
        Pool AS pool, Strategy AS strategy, Outcome AS outcome, round(TtftMs, 1) AS ttft_ms,
        round(Duration / 1e6, 1) AS e2e_ms, round(TokenGapMaxMs, 1) AS max_gap_ms, InputTokens AS input_tokens,
        OutputTokens AS output_tokens
 FROM {{db:Identifier}}.otel_traces
-WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND IsRequest {REQUEST_FILTERS}
-ORDER BY {order} DESC NULLS LAST, Timestamp
-LIMIT 1 BY TraceId
-LIMIT {{limit:UInt32}}"""
+WHERE {window} AND (TraceId, SpanId) IN (
+    SELECT TraceId, SpanId FROM {{db:Identifier}}.otel_traces
+    WHERE {window} AND IsRequest {REQUEST_FILTERS}
+    ORDER BY {order} DESC NULLS LAST, Timestamp
+    LIMIT 1 BY TraceId
+    LIMIT {{limit:UInt32}})
+ORDER BY {order} DESC NULLS LAST, Timestamp"""
     return _rows(client, sql, {"db": db, "start": start, "end": end, "limit": limit, **_filters(**filters)})
 
 
@@ -210,19 +219,18 @@ ORDER BY min(Timestamp) OVER (PARTITION BY TraceId), trace_id, attempt""",
                   "k_backoff": attr.RETRY_BACKOFF_MS, "upstream": attr.SPAN_UPSTREAM})
 
 
-def percentiles(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "instance",
+def percentiles(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "instance", metric: str = "ttft",
                 service: str = "", pool: str = "", instance: str = "") -> list[dict[str, Any]]:
-    """TTFT / TPOT / e2e p50, p95, p99 per minute and per instance (or pool, model...) from the rollup."""
-    key = GROUP_COLUMNS[by]
+    """p50, p95, p99 of TTFT (or TPOT, e2e) per minute and per instance (or pool, model...), from the rollup."""
+    key, state = GROUP_COLUMNS[by], PERCENTILE_METRICS[metric]
     return _rows(client, f"""
-SELECT minute, service, {by}, requests, errors, round(ttft[1], 1) AS ttft_p50_ms, round(ttft[2], 1) AS ttft_p95_ms,
-       round(ttft[3], 1) AS ttft_p99_ms, round(tpot[2], 2) AS tpot_p95_ms, round(e2e[2], 1) AS e2e_p95_ms
+SELECT minute, service, {by}, requests, errors, round(q[1], 1) AS {metric}_p50_ms, round(q[2], 1) AS {metric}_p95_ms,
+       round(q[3], 1) AS {metric}_p99_ms
 FROM (
     SELECT Minute AS minute, ServiceName AS service, {key} AS {by}, sum(Requests) AS requests,
-           sum(Errors) + sum(Timeouts) AS errors, quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS ttft,
-           quantilesMerge(0.5, 0.95, 0.99)(TpotMs) AS tpot, quantilesMerge(0.5, 0.95, 0.99)(E2eMs) AS e2e
+           sum(Errors) + sum(Timeouts) AS errors, quantilesMerge(0.5, 0.95, 0.99)({state}) AS q
     FROM {{db:Identifier}}.llm_requests_1m
-    WHERE Minute >= toStartOfMinute({{start:DateTime64(9)}}) AND Minute < {{end:DateTime64(9)}}
+    WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
       AND ({{service:String}} = '' OR ServiceName = {{service:String}})
       AND ({{pool:String}} = '' OR Pool = {{pool:String}})
       AND ({{instance:String}} = '' OR Instance = {{instance:String}})
@@ -248,7 +256,7 @@ FROM (
            round(if(sum(DecodeSeconds) > 0, sum(OutputTokens) / sum(DecodeSeconds), NULL), 1) AS tokens_per_s,
            round((sum(Errors) + sum(Timeouts) + sum(Rejected)) / sum(Requests), 4) AS error_rate
     FROM {db:Identifier}.llm_requests_1m
-    WHERE Minute >= toStartOfMinute({start:DateTime64(9)}) AND Minute < {end:DateTime64(9)}
+    WHERE Minute >= toStartOfMinute({start:DateTime}) AND Minute < {end:DateTime64(9)}
       AND ({service:String} = '' OR ServiceName = {service:String})
       AND (empty({pools:Array(String)}) OR has({pools:Array(String)}, Pool))
     GROUP BY service, pool)

@@ -64,3 +64,5 @@ def test_choices_are_whitelisted(loaded):
         q.slowest(client, db, data.t0, data.end, by="TtftMs; DROP TABLE otel_traces")
     with pytest.raises(KeyError):
         q.percentiles(client, db, data.t0, data.end, by="Instance) --")
+    with pytest.raises(KeyError):
+        q.percentiles(client, db, data.t0, data.end, metric="TtftMs) FROM system.users --")

@@ -115,6 +115,8 @@ def test_percentiles_per_minute_from_the_rollup(incident):
     assert sum(r["requests"] for r in rows) == 65
     pools = q.percentiles(client, db, data.t0, data.end, by="pool", service="gateway")
     assert {r["pool"] for r in pools} == {"stable", "canary"}
+    tpot = q.percentiles(client, db, data.t0, data.t0 + dt.timedelta(minutes=1), metric="tpot", service="gateway")
+    assert {r["tpot_p50_ms"] for r in tpot} == {25.0}  # one token every 25 ms before the incident
 
 
 def test_canary_versus_stable(incident):
