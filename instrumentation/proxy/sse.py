@@ -78,7 +78,8 @@ class ResponseFacts:
 
 
 def _int_or(value: Any, default: int | None) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
+    """A token count as the upstream sent it, if it is one (a negative or non-integer count is ignored)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
 
 
 class StreamInspector:

@@ -106,6 +106,16 @@ def test_json_body():
     assert "not JSON" in inspect_json_body(b"<html>").malformed
 
 
+@pytest.mark.parametrize("bad", [-1, 2.5, "7", True, None, [1]])
+def test_nonsense_usage_is_ignored(bad):
+    """An upstream's usage is caller data: a count the tracer would refuse must not reach it."""
+    inspector = StreamInspector()
+    inspector.feed(chunk("a") + chunk(choices=False, usage={"prompt_tokens": bad, "completion_tokens": 1,
+                                                            "prompt_tokens_details": {"cached_tokens": bad}}))
+    facts = inspector.facts
+    assert (facts.input_tokens, facts.output_tokens, facts.cached_input_tokens) == (None, 1, None)
+
+
 def test_deadlines_pick_the_nearest_limit():
     deadlines = Deadlines(Timeouts(ttft=2, idle=1, total=10), start=100.0)
     assert deadlines.next(False) == (102.0, "ttft")
