@@ -80,18 +80,17 @@ def trace_spans(client, db: str, trace_id: str) -> list[dict[str, Any]]:
     read prunes partitions and granules before the TraceId bloom filter is even consulted.
     """
     rows = _rows(client, """
+WITH (SELECT (min(Start), max(End) + 1) FROM {db:Identifier}.otel_traces_trace_id_ts WHERE TraceId = {trace:String})
+    AS span_range
 SELECT SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, SpanName AS name, Timestamp AS started,
        round(Duration / 1e6, 2) AS duration_ms, StatusCode AS status, Instance AS instance, Pool AS pool,
        Outcome AS outcome, TtftMs AS ttft_ms, RetryAttempt AS attempt,
-       SpanAttributes[{k_strategy:String}] AS strategy, SpanAttributes[{k_candidates:String}] AS candidates,
-       SpanAttributes[{k_cache:String}] AS prefix_cache_ratio, nullIf(InputTokens, 0) AS input_tokens,
-       nullIf(CachedInputTokens, 0) AS cached_input_tokens, nullIf(OutputTokens, 0) AS output_tokens
+       Strategy AS strategy, RoutingCandidates AS candidates, PrefixCacheRatio AS prefix_cache_ratio,
+       nullIf(InputTokens, 0) AS input_tokens, nullIf(CachedInputTokens, 0) AS cached_input_tokens,
+       nullIf(OutputTokens, 0) AS output_tokens
 FROM {db:Identifier}.otel_traces
-WHERE TraceId = {trace:String}
-  AND Timestamp >= (SELECT min(Start) FROM {db:Identifier}.otel_traces_trace_id_ts WHERE TraceId = {trace:String})
-  AND Timestamp < (SELECT max(End) + 1 FROM {db:Identifier}.otel_traces_trace_id_ts WHERE TraceId = {trace:String})
-ORDER BY Timestamp, SpanId""", {"db": db, "trace": trace_id, "k_strategy": attr.ROUTING_STRATEGY,
-                                 "k_candidates": attr.ROUTING_CANDIDATES, "k_cache": attr.ROUTING_PREFIX_CACHE_RATIO})
+WHERE TraceId = {trace:String} AND Timestamp >= span_range.1 AND Timestamp < span_range.2
+ORDER BY Timestamp, SpanId""", {"db": db, "trace": trace_id})
     if not rows:
         raise TraceNotFound(trace_id)
     return _tree_order(rows)

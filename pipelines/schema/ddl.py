@@ -84,6 +84,10 @@ PROMOTED_COLUMNS = (
      f"if(length({TOKEN_OFFSETS}) > 1, {TOKEN_OFFSETS}[arrayFirstIndex(gap -> gap = arrayMax(arrayDifference("
      f"{TOKEN_OFFSETS})), arrayDifference({TOKEN_OFFSETS})) - 1] / 1000, NULL))"),
     ("IsRequest", "Bool", REQUEST_SPAN),
+    # Routing details of gateway.route spans: promoted so that showing a trace never reads the whole
+    # SpanAttributes map of its granule (token timelines make that map large).
+    ("RoutingCandidates", "String", span_attr(attr.ROUTING_CANDIDATES)),
+    ("PrefixCacheRatio", "Nullable(Float64)", f"toFloat64OrNull({span_attr(attr.ROUTING_PREFIX_CACHE_RATIO)})"),
 )
 
 
