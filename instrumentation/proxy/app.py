@@ -22,7 +22,6 @@ from infersight.instrumentation.tracer import RequestTracer
 # Prompts with images or long documents exceed aiohttp's 1 MiB default request size.
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 CONNECT_TIMEOUT_SECONDS = 10.0
-CONTEXT_KEY = web.AppKey("proxy_context", object)
 
 
 def parse_upstream(upstream: str) -> URL:
@@ -59,7 +58,6 @@ class ProxyContext:
 
 def build_app(context: ProxyContext) -> web.Application:
     app = web.Application(client_max_size=context.max_request_bytes)
-    app[CONTEXT_KEY] = context
 
     async def session_lifecycle(app: web.Application):
         context.session = aiohttp.ClientSession(

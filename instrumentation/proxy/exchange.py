@@ -111,7 +111,7 @@ class Exchange:
             raise
         finally:
             self.watchdog.stop()
-            _let_go(upstream)
+            let_go(upstream)
 
     # -- the upstream call ----------------------------------------------------------------
     async def _send(self, body: bytes, trace_headers: dict[str, str]) -> aiohttp.ClientResponse:
@@ -166,7 +166,7 @@ class Exchange:
     async def _answer_error(self, error: errors.ProxyError,
                             upstream: aiohttp.ClientResponse | None) -> web.StreamResponse:
         self.watchdog.stop()  # the request is ending: no deadline may interrupt the error answer
-        _let_go(upstream)  # stop the engine before anything else
+        let_go(upstream)  # stop the engine before anything else
         if self.response is None:
             return web.Response(status=error.status, body=error.body(), content_type="application/json")
         try:
@@ -182,7 +182,7 @@ class Exchange:
         return self.inspector.facts if self.inspector is not None else None
 
 
-def _let_go(upstream: aiohttp.ClientResponse | None) -> None:
+def let_go(upstream: aiohttp.ClientResponse | None) -> None:
     """Reuse the upstream connection after a full read; otherwise close it, aborting the request."""
     if upstream is None or upstream.closed:
         return

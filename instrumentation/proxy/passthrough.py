@@ -13,6 +13,7 @@ import aiohttp
 from aiohttp import web
 
 from infersight.instrumentation.proxy import errors, headers
+from infersight.instrumentation.proxy.exchange import let_go
 
 if TYPE_CHECKING:
     from infersight.instrumentation.proxy.app import ProxyContext
@@ -44,11 +45,7 @@ async def relay(context: ProxyContext, request: web.Request, body: bytes) -> web
     except ConnectionError:  # the client went away; ``finally`` closes the upstream connection
         return response or web.Response(status=499)
     finally:
-        if upstream is not None:
-            if upstream.content.at_eof():
-                upstream.release()
-            else:
-                upstream.close()
+        let_go(upstream)
     if response is None:
         return web.Response(status=error.status, body=error.body(), content_type="application/json")
-    return response  # already started: the client sees the body cut short, as from the upstream
+    return response  # already started: the body ends where the upstream's broke off
