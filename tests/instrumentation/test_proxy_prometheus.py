@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import openai
+import pytest
 
 from infersight.signals import request as request_signals
 from tests.instrumentation.proxy_harness import ProxyStack
 
 
+@pytest.mark.real
 def test_prometheus_scrapes_the_proxy(prometheus_server):
     stack = ProxyStack()
     try:
