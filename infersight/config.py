@@ -205,6 +205,7 @@ class Pipeline(Section):
     insert_attempts: int = Field(3, gt=0, description="tries per batch before it goes to the spool")
     retry_initial_seconds: float = Field(0.2, gt=0, description="first retry backoff (doubles, with jitter)")
     retry_max_seconds: float = Field(5.0, gt=0, description="longest backoff between retries or replays")
+    insert_threads: int = Field(2, gt=0, le=16, description="concurrent ClickHouse inserts")
     queue_max_spans: int = Field(200_000, gt=0)
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     max_attribute_length: int = Field(8192, gt=0)

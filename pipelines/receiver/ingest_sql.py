@@ -19,6 +19,8 @@ types) but shaped for ClickHouse:
 
 from __future__ import annotations
 
+import re
+
 from infersight.pipelines.schema import ddl
 
 MESSAGE = "ExportTraceServiceRequest"
@@ -95,6 +97,8 @@ def settings(dedup_token: str | None = None) -> dict[str, str]:
         "format_schema_message_name": MESSAGE,
         # Retried or replayed batches must not double the rows of the views either.
         "deduplicate_blocks_in_dependent_materialized_views": "1",
+        # The views (trace lookup, token events, rollup) run side by side instead of one after another.
+        "parallel_view_processing": "1",
     }
     if dedup_token:
         values["insert_deduplication_token"] = dedup_token
@@ -152,8 +156,9 @@ FROM {flat}"""
 
 def _attribute_map(expr: str, store_content: bool) -> str:
     if not store_content:
-        drop = " OR ".join(f"startsWith(a.key, {_literal(p)})" for p in CONTENT_KEY_PREFIXES)
-        expr = f"arrayFilter(a -> NOT ({drop}), {expr})"
+        # One regex rather than a startsWith per prefix: fewer nodes for ClickHouse to analyze per insert.
+        pattern = "^(" + "|".join(re.escape(p) for p in CONTENT_KEY_PREFIXES) + ")"
+        expr = f"arrayFilter(a -> NOT match(a.key, {_literal(pattern)}), {expr})"
     return f"mapFromArrays(arrayMap(a -> a.key, {expr}), arrayMap(a -> {_render('a.value')}, {expr}))"
 
 

@@ -11,6 +11,7 @@ checks the tables it writes (directly or through materialized views) and sets it
 from __future__ import annotations
 
 import re
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -51,7 +52,7 @@ class ClickHouseSink:
         self.database = parts.path.strip("/") or "default"
         self.timeout = timeout_seconds
         self.query = ingest_sql.insert_query(self.database, store_content)
-        self._client = None
+        self._local = threading.local()  # one HTTP client per writer thread
         self._dedup_ready = False
 
     def insert(self, framed: bytes, token: str) -> float:
@@ -87,25 +88,26 @@ class ClickHouseSink:
         return altered
 
     def close(self) -> None:
-        if self._client is not None:
+        client = getattr(self._local, "client", None)
+        if client is not None:
             try:
-                self._client.close()
+                client.close()
             except Exception:  # noqa: BLE001 - closing a dead connection
                 pass
-            self._client = None
+            self._local.client = None
 
     def _connect(self):
-        if self._client is None:
+        if getattr(self._local, "client", None) is None:
             import clickhouse_connect
 
             parts = urlsplit(self.dsn)
             default_port = 8443 if parts.scheme == "https" else 8123
-            self._client = clickhouse_connect.get_client(
+            self._local.client = clickhouse_connect.get_client(
                 interface=parts.scheme, host=parts.hostname, port=parts.port or default_port,
                 username=parts.username or "default", password=parts.password or "", database="default",
                 connect_timeout=5, send_receive_timeout=self.timeout, autogenerate_session_id=False,
             )
-        return self._client
+        return self._local.client
 
     def _classify(self, exc: Exception) -> InsertFailed:
         text = str(exc)

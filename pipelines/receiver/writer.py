@@ -2,7 +2,8 @@
 
 Receivers call :meth:`Writer.submit` with a checked request and await the returned future; it
 resolves when the request's batch has been inserted or durably spooled, and only then does the
-client get 200 / OK. One writer thread:
+client get 200 / OK. Each writer thread (``insert_threads`` of them, so that ClickHouse works on
+one batch while the next is parsed) does:
 
 1. gathers requests into a batch until ``batch_rows`` spans, ``batch_bytes`` or ``batch_seconds``;
 2. inserts it with a deduplication token derived from its bytes (a retry or a replay of the same
@@ -60,6 +61,7 @@ class WriterOptions:
     insert_attempts: int = 3
     retry_initial_seconds: float = 0.2
     retry_max_seconds: float = 5.0
+    insert_threads: int = 2  # concurrent inserts: ClickHouse parses one insert on one core
 
     @classmethod
     def from_config(cls, pipeline) -> WriterOptions:
@@ -85,7 +87,8 @@ class Writer:
         self._pending_spans = 0  # queued + being written, for the memory bound
         self._cond = threading.Condition()
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._replaying = threading.Lock()  # one replayer at a time keeps the spool in order
         self._replay_failures = 0
         self._next_replay = 0.0
         self._corrupt_counted = 0
@@ -113,8 +116,10 @@ class Writer:
         return self._pending_spans
 
     def start(self) -> Writer:
-        self._thread = threading.Thread(target=self._run, name="infersight-writer", daemon=True)
-        self._thread.start()
+        for n in range(self.options.insert_threads):
+            thread = threading.Thread(target=self._run, name=f"infersight-writer-{n}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -122,8 +127,9 @@ class Writer:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
         self.sink.close()
 
     # -- the writer thread --------------------------------------------------------------
@@ -137,7 +143,11 @@ class Writer:
                     log.exception("writer: unexpected error")
                     self._fail(batch, Unavailable(f"internal error: {exc}"))
             if self.spool and time.monotonic() >= self._next_replay and not self._stopping:
-                self._replay()
+                if self._replaying.acquire(blocking=False):
+                    try:
+                        self._replay()
+                    finally:
+                        self._replaying.release()
             with self._cond:
                 if self._stopping and not self._queue:
                     return
