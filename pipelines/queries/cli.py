@@ -173,8 +173,8 @@ def _print(rows, args, columns: list[str]) -> None:
 def run_slowest(args, config) -> int:
     from infersight.pipelines.queries import library
 
-    client, db = _store(args, config)
     window = _window(args)
+    client, db = _store(args, config)
     rows = library.slowest(client, db, window.start, window.end, by=args.by, limit=args.limit, model=args.model,
                            instance=args.instance, pool=args.pool, strategy=args.strategy, status=args.status,
                            service=args.service)
@@ -193,8 +193,8 @@ def _trace_id(text: str) -> str:
 def run_show(args, config) -> int:
     from infersight.pipelines.queries import library
 
-    client, db = _store(args, config)
     trace_id = _trace_id(args.trace_id)
+    client, db = _store(args, config)
     try:
         spans = library.trace_spans(client, db, trace_id)
     except library.TraceNotFound:
@@ -230,9 +230,9 @@ def run_show(args, config) -> int:
 def run_stalls(args, config) -> int:
     from infersight.pipelines.queries import library
 
+    trace_id = _trace_id(args.trace_id) if args.trace_id else None
     client, db = _store(args, config)
-    if args.trace_id:
-        trace_id = _trace_id(args.trace_id)
+    if trace_id:
         rows = library.trace_stalls(client, db, trace_id, top=args.top)
         if not rows and not library.token_timeline(client, db, trace_id):
             raise UserError(f"no token timeline for trace {trace_id} in database {db!r} "
@@ -262,8 +262,8 @@ def run_neighbors(args, config) -> int:
 def run_retries(args, config) -> int:
     from infersight.pipelines.queries import library
 
-    client, db = _store(args, config)
     window = _window(args)
+    client, db = _store(args, config)
     rows = library.retries(client, db, window.start, window.end, min_attempts=args.min_attempts, limit=args.limit)
     _print(rows, args, ["trace_id", "attempt", "instance", "started", "duration_ms", "status", "outcome",
                         "backoff_ms", "gap_ms"])
@@ -273,8 +273,8 @@ def run_retries(args, config) -> int:
 def run_percentiles(args, config) -> int:
     from infersight.pipelines.queries import library
 
-    client, db = _store(args, config)
     window = _window(args)
+    client, db = _store(args, config)
     rows = library.percentiles(client, db, window.start, window.end, by=args.by, metric=args.metric,
                                service=args.service, pool=args.pool, instance=args.instance)
     _print(rows, args, ["minute", "service", args.by, "requests", "errors",
@@ -285,8 +285,8 @@ def run_percentiles(args, config) -> int:
 def run_compare(args, config) -> int:
     from infersight.pipelines.queries import library
 
-    client, db = _store(args, config)
     window = _window(args)
+    client, db = _store(args, config)
     pools = tuple(p.strip() for p in args.pools.split(",") if p.strip()) if args.pools else ()
     rows = library.compare_pools(client, db, window.start, window.end, service=args.service, pools=pools)
     _print(rows, args, ["service", "pool", "requests", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tokens_per_s",
@@ -297,8 +297,8 @@ def run_compare(args, config) -> int:
 def run_report(args, config) -> int:
     from infersight.pipelines.queries import report
 
-    client, db = _store(args, config)
     window = _window(args)
+    client, db = _store(args, config)
     prometheus = args.prometheus if args.prometheus is not None else config.prometheus.url
     if prometheus and prometheus.lower() == "none":
         prometheus = None

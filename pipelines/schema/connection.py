@@ -11,6 +11,8 @@ database, so ``infersight db migrate`` can create that database first.
 
 from __future__ import annotations
 
+import logging
+import re
 from urllib.parse import urlsplit
 
 
@@ -48,8 +50,13 @@ def connect(dsn: str, **kwargs):
         base = f"chdb://{parts.netloc}"
     else:
         base = f"chdb://{parts.path}"
+    # clickhouse-connect also logs the failure it raises; the caller reports it once, worded for people.
+    logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
     try:
         return clickhouse_connect.get_client(dsn=base, **kwargs)
     except ClickHouseError as exc:
-        raise ConnectionFailed(f"cannot reach ClickHouse at {dsn}: {str(exc).splitlines()[0][:300]}\n"
+        text = str(exc)
+        reason = re.search(r"\[Errno -?\d+\] [^)\"']+", text)
+        raise ConnectionFailed(f"cannot reach ClickHouse at {dsn}: "
+                               f"{reason.group(0) if reason else text.splitlines()[0][:300]}\n"
                                "Start it with `infersight up`, or set clickhouse.dsn in infersight.yaml") from None
