@@ -60,8 +60,9 @@ def slowest(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "tt
     sql = f"""
 SELECT TraceId AS trace_id, Timestamp AS started, ServiceName AS service, Model AS model, Instance AS instance,
        Pool AS pool, Strategy AS strategy, Outcome AS outcome, round(TtftMs, 1) AS ttft_ms,
-       round(Duration / 1e6, 1) AS e2e_ms, round(TokenGapMaxMs, 1) AS max_gap_ms, InputTokens AS input_tokens,
-       OutputTokens AS output_tokens
+       round(Duration / 1e6, 1) AS e2e_ms, round(TokenGapMaxMs, 1) AS max_gap_ms,
+       if(TokenStallOffsetMs IS NULL, NULL, addMicroseconds(Timestamp, toInt64(TokenStallOffsetMs * 1000))) AS stall_at,
+       InputTokens AS input_tokens, OutputTokens AS output_tokens
 FROM {{db:Identifier}}.otel_traces
 WHERE {window} AND (TraceId, SpanId) IN (
     SELECT TraceId, SpanId FROM {{db:Identifier}}.otel_traces

@@ -46,7 +46,7 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
     percentiles = library.percentiles(client, db, start, end, by="instance", service=service)
     retries = library.retries(client, db, start, end)
 
-    stall_points = _stall_points(client, db, worst_rows)
+    stall_points = _stall_points(worst_rows)
     neighbor_sets = [(instance, at, library.neighbors(client, db, instance, at, service=service))
                      for instance, at in stall_points[:MAX_STALL_SECTIONS]]
     sections = [_summary(window, pools, stalls, neighbor_sets, retries, min_gap_ms)]
@@ -90,19 +90,20 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
     return written + sorted(folder.glob("*.png"))
 
 
-def _stall_points(client, db: str, worst_rows: list[dict[str, Any]]) -> list[tuple[str, dt.datetime]]:
-    """Distinct (instance, second) where the worst requests' longest gaps began."""
+def _stall_points(worst_rows: list[dict[str, Any]]) -> list[tuple[str, dt.datetime]]:
+    """Distinct (instance, second) where the worst requests' longest gaps began.
+
+    From the request span's own summary, so it works for requests whose timeline was not kept.
+    """
     points: list[tuple[str, dt.datetime]] = []
     seen: set[tuple[str, dt.datetime]] = set()
     for row in worst_rows:
-        gaps = library.trace_stalls(client, db, row["trace_id"], top=1)
-        if not gaps:
+        if row["stall_at"] is None or not row["instance"]:
             continue
-        instance, at = gaps[0]["instance"] or row["instance"], gaps[0]["gap_started"]
-        key = (instance, at.replace(microsecond=0))
+        key = (row["instance"], row["stall_at"].replace(microsecond=0))
         if key not in seen:
             seen.add(key)
-            points.append((instance, at))
+            points.append((row["instance"], row["stall_at"]))
     return points
 
 

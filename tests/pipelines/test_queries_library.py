@@ -34,6 +34,9 @@ def test_slowest_filters_and_e2e(incident):
     assert sorted(r["trace_id"] for r in errors) == sorted(data.trace_id(r) for r in ("bg-2", "bg-32"))
     by_e2e = q.slowest(client, db, data.t0, data.end, by="e2e", instance="i-2", limit=1)
     assert by_e2e[0]["trace_id"] == data.trace_id("victim-1")  # the 3 s stall made it the longest
+    by_gap = q.slowest(client, db, data.t0, data.end, by="gap", limit=2)
+    assert {r["trace_id"] for r in by_gap} == {data.trace_id("victim-1"), data.trace_id("victim-2")}
+    assert [r["stall_at"] for r in by_gap] == [data.stall_at, data.stall_at] and by_gap[0]["max_gap_ms"] == 3000.0
     window = q.slowest(client, db, data.t0, data.t0 + dt.timedelta(minutes=1), service="gateway", limit=100)
     assert len(window) == 6  # one request every 10 s
 
