@@ -1,0 +1,1 @@
+"""OpenTelemetry Collector (contrib) configurations for sites that outgrow one receiver."""

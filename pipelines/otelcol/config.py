@@ -1,0 +1,157 @@
+"""Render and check the OpenTelemetry Collector configurations shipped in this folder.
+
+No Collector binary can be installed here, so the configurations are checked the way a reviewer
+would: every option is read against the options the components document (``KNOWN_OPTIONS``,
+transcribed from the contrib sources: exporter/clickhouseexporter/config.go, the exporterhelper
+queue and retry settings, processor/tailsamplingprocessor/config.go ...), the pipelines must only
+name defined components, and the ClickHouse exporter must write our schema and not create its own.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from infersight import attributes as attr
+from infersight.config import Config
+
+FOLDER = Path(__file__).parent
+FILES = {"collector": FOLDER / "collector.yaml", "loadbalancer": FOLDER / "loadbalancer.yaml"}
+ENV = re.compile(r"\$\{env:([A-Z0-9_]+)\}")
+
+_QUEUE = {"enabled", "num_consumers", "queue_size", "storage", "blocking", "sizer", "wait_for_result"}
+_RETRY = {"enabled", "initial_interval", "randomization_factor", "multiplier", "max_interval", "max_elapsed_time"}
+_POLICY_TYPES = {"always_sample", "latency", "numeric_attribute", "probabilistic", "status_code", "string_attribute",
+                 "rate_limiting", "span_count", "boolean_attribute", "ottl_condition", "trace_state", "composite",
+                 "and", "drop", "bytes_limiting"}
+# component -> option -> nested options (a set) or None (a scalar / free-form value)
+KNOWN_OPTIONS: dict[str, dict[str, set[str] | None]] = {
+    "receivers/otlp": {"protocols": {"grpc", "http"}},
+    "processors/memory_limiter": {"check_interval": None, "limit_mib": None, "spike_limit_mib": None,
+                                  "limit_percentage": None, "spike_limit_percentage": None},
+    "processors/batch": {"send_batch_size": None, "send_batch_max_size": None, "timeout": None,
+                         "metadata_keys": None, "metadata_cardinality_limit": None},
+    "processors/tail_sampling": {"decision_wait": None, "num_traces": None, "expected_new_traces_per_sec": None,
+                                 "policies": None, "decision_cache": {"sampled_cache_size", "non_sampled_cache_size"},
+                                 "sample_on_first_match": None},
+    "exporters/clickhouse": {
+        "endpoint": None, "username": None, "password": None, "database": None, "connection_params": None,
+        "logs_table_name": None, "traces_table_name": None, "metrics_table_name": None, "metrics_tables": None,
+        "ttl": None, "table_engine": {"name", "params"}, "cluster_name": None, "create_schema": None,
+        "async_insert": None, "timeout": None, "sending_queue": _QUEUE, "retry_on_failure": _RETRY,
+    },
+    "exporters/loadbalancing": {"routing_key": None, "protocol": {"otlp"}, "resolver": {"static", "dns", "k8s",
+                                                                                        "aws_cloud_map"},
+                                "timeout": None, "sending_queue": _QUEUE, "retry_on_failure": _RETRY},
+    "extensions/health_check": {"endpoint": None, "path": None, "check_collector_pipeline": None},
+    "extensions/file_storage": {"directory": None, "timeout": None, "compaction": None, "create_directory": None},
+}
+
+
+def load(name: str = "collector") -> dict:
+    return yaml.safe_load(FILES[name].read_text())
+
+
+def environment(config: Config) -> dict[str, str]:
+    """Values for the ``${env:...}`` placeholders, from infersight.yaml."""
+    dsn = urlsplit(config.clickhouse.dsn)
+    if config.clickhouse.dsn.startswith("chdb:"):
+        endpoint, database = "tcp://127.0.0.1:9000", "default"
+    else:
+        endpoint, database = f"{dsn.scheme}://{dsn.hostname}:{dsn.port or 8123}", dsn.path.strip("/") or "default"
+    return {
+        "OTLP_GRPC_ENDPOINT": config.listeners.otlp_grpc,
+        "OTLP_HTTP_ENDPOINT": config.listeners.otlp_http,
+        "CLICKHOUSE_ENDPOINT": endpoint,
+        "CLICKHOUSE_DATABASE": database,
+        "CLICKHOUSE_USERNAME": dsn.username or "default",
+        "CLICKHOUSE_PASSWORD": "${env:CLICKHOUSE_PASSWORD}",  # a secret: left to the Collector's environment
+        "SLOW_TRACE_MS": str(int(config.slo.ttft_seconds * 10_000)),
+        "HEALTH_CHECK_ENDPOINT": "127.0.0.1:13133",
+        "QUEUE_DIRECTORY": "/var/lib/otelcol/queue",
+        "TIER2_HOSTNAME": "otelcol-tier2",
+    }
+
+
+def render(config: Config, name: str = "collector") -> str:
+    """The shipped file with its placeholders filled from infersight.yaml (comments kept)."""
+    values = environment(config)
+    return ENV.sub(lambda m: values[m.group(1)], FILES[name].read_text())
+
+
+def check(document: dict) -> list[str]:
+    """Problems found in a Collector configuration (empty when it is sound)."""
+    problems: list[str] = []
+    if not isinstance(document, dict):
+        return ["the configuration must be a mapping"]
+    defined: dict[str, set[str]] = {}
+    for section in ("receivers", "processors", "exporters", "extensions"):
+        for component, options in (document.get(section) or {}).items():
+            defined.setdefault(section, set()).add(component)
+            kind = component.split("/")[0]
+            known = KNOWN_OPTIONS.get(f"{section}/{kind}")
+            if known is None:
+                problems.append(f"{section}.{component}: not a component this check knows; add its documented options")
+                continue
+            for option, value in (options or {}).items():
+                if option not in known:
+                    problems.append(f"{section}.{component}.{option}: not a documented option")
+                elif known[option] is not None and isinstance(value, dict):
+                    for nested in value:
+                        if nested not in known[option]:
+                            problems.append(f"{section}.{component}.{option}.{nested}: not a documented option")
+    service = document.get("service") or {}
+    for extension in service.get("extensions", []):
+        if extension not in defined.get("extensions", set()):
+            problems.append(f"service.extensions: {extension} is not defined")
+    for pipeline, spec in (service.get("pipelines") or {}).items():
+        for section in ("receivers", "processors", "exporters"):
+            for component in spec.get(section, []):
+                if component not in defined.get(section, set()):
+                    problems.append(f"service.pipelines.{pipeline}.{section}: {component} is not defined")
+        processors = spec.get("processors", [])
+        if "tail_sampling" in processors and "batch" in processors \
+                and processors.index("batch") < processors.index("tail_sampling"):
+            problems.append(f"service.pipelines.{pipeline}: batch must come after tail_sampling")
+    problems += _check_clickhouse(document.get("exporters", {}).get("clickhouse"))
+    problems += _check_sampling(document.get("processors", {}).get("tail_sampling"))
+    return problems
+
+
+def _check_clickhouse(exporter: dict | None) -> list[str]:
+    if exporter is None:
+        return []
+    from infersight.pipelines.schema import ddl
+
+    problems = []
+    if exporter.get("create_schema", True) is not False:
+        problems.append("exporters.clickhouse.create_schema must be false: `infersight db migrate` owns the DDL")
+    if exporter.get("traces_table_name", "otel_traces") != ddl.TRACES:
+        problems.append(f"exporters.clickhouse.traces_table_name must be {ddl.TRACES} (the table our views read)")
+    if "ttl" in exporter:
+        problems.append("exporters.clickhouse.ttl: retention is set by clickhouse.retention and the migrations")
+    return problems
+
+
+def _check_sampling(processor: dict | None) -> list[str]:
+    if processor is None:
+        return []
+    problems, types = [], set()
+    for policy in processor.get("policies", []):
+        kind = policy.get("type")
+        types.add(kind)
+        if kind not in _POLICY_TYPES:
+            problems.append(f"tail_sampling policy {policy.get('name')!r}: unknown type {kind!r}")
+        elif kind not in ("always_sample",) and kind not in policy:
+            problems.append(f"tail_sampling policy {policy.get('name')!r}: needs a {kind!r} block")
+        if kind == "string_attribute":
+            key = policy.get("string_attribute", {}).get("key")
+            if key not in (attr.REQUEST_OUTCOME, attr.SAMPLING_REASON, attr.ERROR_TYPE):
+                problems.append(f"tail_sampling policy {policy.get('name')!r}: {key!r} is not an attribute we write")
+    for needed in ("status_code", "latency"):
+        if needed not in types:
+            problems.append(f"tail_sampling must keep failed and slow traces: no {needed!r} policy")
+    return problems
