@@ -16,8 +16,14 @@ exporter, tail sampling), and the client here. The same streams run directly aga
 A second baseline, a bare aiohttp relay with no instrumentation, separates the cost of the extra
 network hop from the cost of the instrumentation itself.
 
-    .venv/bin/python benchmarks/proxy_latency.py            # defaults: a few seconds
+    .venv/bin/python benchmarks/proxy_latency.py            # defaults: about half a minute
     .venv/bin/python benchmarks/proxy_latency.py --rounds 3 --format json
+
+Measured here (2 shared cores, --rounds 3, several runs): added latency p50 +117..+152 us and p90
++189..+274 us against direct (ratio 1.7-2.2x of a ~0.12-0.18 ms loopback baseline), of which the
+bare hop alone is all but 10-40 us; p99 is dominated by machine noise (0.3-26 ms). Throughput
+0.6-0.9x direct with three processes sharing two cores. Proxy CPU 125-180 us per paced chunk
+(mostly the send/recv system calls: the bare relay spends 105-150) and 7.5-8.7 us per chunk in bursts.
 """
 
 from __future__ import annotations
