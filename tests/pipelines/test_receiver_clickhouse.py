@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import http.client
 import json
 import urllib.request
 
@@ -208,3 +209,33 @@ def test_bearer_token_is_required_when_configured(clickhouse_server, database, c
     finally:
         handle.stop()
     assert rows(ch, "SELECT count() FROM otel_traces")[0][0] == 2
+
+
+def test_tls_on_both_receivers(clickhouse_server, database, ch, tmp_path):
+    import ssl
+    import subprocess
+
+    from tests.conftest import require_tool
+
+    openssl = require_tool("openssl")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True)
+    handle = start_receiver(f"{clickhouse_server.url}/{database}", tmp_path / "spool",
+                            tls_cert_file=str(cert), tls_key_file=str(key))
+    try:
+        body = request(spans=2).SerializeToString()
+        https = handle.http_url.replace("http://", "https://") + "/v1/traces"
+        context = ssl.create_default_context(cafile=str(cert))
+        req = urllib.request.Request(https, data=body, headers={"Content-Type": "application/x-protobuf"})
+        with urllib.request.urlopen(req, context=context, timeout=30) as resp:
+            assert resp.status == 200
+        with pytest.raises((OSError, http.client.HTTPException)):  # plain text cannot talk to the TLS listener
+            urllib.request.urlopen(urllib.request.Request(handle.http_url + "/v1/traces", data=body), timeout=5)
+        credentials = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        with grpc.secure_channel(handle.grpc_target, credentials) as channel:
+            channel.unary_unary(EXPORT)(request(spans=3).SerializeToString(), timeout=30)
+    finally:
+        handle.stop()
+    assert rows(ch, "SELECT count() FROM otel_traces")[0][0] == 5
