@@ -5,6 +5,7 @@ whether the engine stand-in was told to stop (its request handler cancelled).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -212,3 +213,32 @@ def test_one_failure_does_not_harm_the_next_request(stack):
     assert stream_text(stack, {"tokens": 2}) == "tok0 tok1 "
     outcomes = [stack.wait_request_span(n).attributes[attr.REQUEST_OUTCOME] for n in (1, 2, 3)]
     assert outcomes == ["timeout", "error", "success"]
+
+
+def test_many_clients_leaving_early_leak_nothing(stack):
+    """Ten of twenty concurrent streams are abandoned: each is counted once, nothing stays in flight."""
+
+    async def one(client: openai.AsyncOpenAI, leave_early: bool) -> None:
+        stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
+                                                      extra_body={"standin": {"tokens": 40, "interval": 0.01}})
+        seen = 0
+        async for _ in stream:
+            seen += 1
+            if leave_early and seen == 3:
+                await stream.close()
+                return
+
+    async def many() -> None:
+        async with openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0) as client:
+            await asyncio.gather(*(one(client, i % 2 == 0) for i in range(20)))
+
+    asyncio.run(many())
+    for n in range(1, 21):
+        stack.wait_request_span(n)
+    outcomes = sorted(s.attributes[attr.REQUEST_OUTCOME] for s in stack.request_spans())
+    assert outcomes == ["cancelled"] * 10 + ["success"] * 10
+    assert all(served.done.wait(5) for served in stack.engine.served)
+    assert sum(served.cancelled for served in stack.engine.served) == 10
+    labels = {"model": MODEL}
+    assert stack.metric(request_signals.REQUESTS, outcome="cancelled", **labels) == 10
+    assert stack.metric(request_signals.IN_FLIGHT, **labels) == 0
