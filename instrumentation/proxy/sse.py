@@ -87,7 +87,6 @@ class StreamInspector:
 
     def __init__(self) -> None:
         self.facts = ResponseFacts()
-        self.events = 0
         self.done = False  # saw ``data: [DONE]``
         self._buffer = b""
 
@@ -140,7 +139,6 @@ class StreamInspector:
         return self._data(b"\n".join(data_lines))
 
     def _data(self, data: bytes) -> int:
-        self.events += 1
         if data.strip() == DONE:
             self.done = True
             return 0
