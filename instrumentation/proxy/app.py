@@ -21,6 +21,7 @@ from infersight.instrumentation.tracer import RequestTracer
 
 # Prompts with images or long documents exceed aiohttp's 1 MiB default request size.
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_BUFFERED_RESPONSE_BYTES = 64 * 1024 * 1024
 CONNECT_TIMEOUT_SECONDS = 10.0
 
 
@@ -43,6 +44,9 @@ class ProxyContext:
     tracer: RequestTracer  # records metrics and spans; its registry is served on /metrics
     pool: str = ""  # the pool label of the proxied engine (stable, canary ...), if any
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    # Non-streaming answers and error bodies are read whole before relaying (so a timeout can still
+    # answer 504); this bounds the memory one of them may take.
+    max_buffered_response_bytes: int = DEFAULT_MAX_BUFFERED_RESPONSE_BYTES
     session: aiohttp.ClientSession | None = field(default=None)
 
     @property

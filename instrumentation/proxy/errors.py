@@ -57,3 +57,8 @@ def upstream_broke(reason: str) -> ProxyError:
 def request_too_large(limit: int) -> ProxyError:
     return ProxyError(413, "request_too_large", f"the request body is larger than the proxy accepts ({limit:,} "
                       "bytes); raise it with --max-request-mb", type="invalid_request_error")
+
+
+def upstream_too_large(limit: int) -> ProxyError:
+    return ProxyError(502, "upstream_response_too_large", f"the upstream's non-streaming answer is larger than "
+                      f"the proxy buffers ({limit:,} bytes)", type="upstream_error")

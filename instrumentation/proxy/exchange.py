@@ -34,6 +34,12 @@ MAX_REQUEST_ID_CHARS = 128
 CLIENT_GONE = ConnectionError
 
 
+class ResponseTooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"upstream answer over {limit:,} bytes")
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class RequestInfo:
     """What the request body says, for labels and span attributes (never the prompt)."""
@@ -96,6 +102,10 @@ class Exchange:
             error = errors.upstream_broke(str(exc) or type(exc).__name__)
             recording.failed(record, error.code, error.message, self._facts())
             return await self._answer_error(error, upstream)
+        except ResponseTooLarge as exc:
+            error = errors.upstream_too_large(exc.limit)
+            recording.failed(record, error.code, error.message)
+            return await self._answer_error(error, upstream)
         except CLIENT_GONE:  # a write to the client failed: it went away
             recording.cancelled(record, self._facts())
             return self.response or web.Response(status=499)
@@ -139,18 +149,30 @@ class Exchange:
 
     async def _relay_json(self, upstream: aiohttp.ClientResponse, record: RequestContext) -> web.StreamResponse:
         # Not streamed: no token times and no TTFT (the client sees every token at once).
-        body = await upstream.read()  # a non-streaming answer is its own first token: ttft bounds it
+        body = await self._read_body(upstream)  # a non-streaming answer is its own first token: ttft bounds it
         self.response = self._buffered_response(upstream, body)
         recording.completed(record, inspect_json_body(body), streamed=False)
         return self.response
 
     async def _relay_unsuccessful(self, upstream: aiohttp.ClientResponse,
                                   record: RequestContext) -> web.StreamResponse:
-        body = await upstream.read()
+        body = await self._read_body(upstream)
         message = inspect_json_body(body).upstream_error or body[:200].decode("utf-8", "replace")
         recording.answered_status(record, upstream.status, message)
         self.response = self._buffered_response(upstream, body)
         return self.response
+
+    async def _read_body(self, upstream: aiohttp.ClientResponse) -> bytes:
+        """The whole body, for answers relayed in one piece; bounded, so memory is."""
+        limit = self.context.max_buffered_response_bytes
+        chunks: list[bytes] = []
+        size = 0
+        async for data in upstream.content.iter_any():
+            size += len(data)
+            if size > limit:
+                raise ResponseTooLarge(limit)
+            chunks.append(data)
+        return b"".join(chunks)
 
     # -- writing to the client ------------------------------------------------------------
     @staticmethod

@@ -17,6 +17,8 @@ from typing import Any
 # Fields a server-sent event line may carry (WHATWG HTML, "event stream interpretation").
 SSE_FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
 DONE = b"[DONE]"
+# An event this large is not a token chunk: stop reading the stream (memory stays bounded), keep relaying.
+MAX_EVENT_BYTES = 1024 * 1024
 _decode = json.JSONDecoder().decode
 # Delta keys that mean "this chunk carries generated output" (content, reasoning, tool calls).
 TOKEN_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal")
@@ -88,6 +90,7 @@ class StreamInspector:
     def __init__(self) -> None:
         self.facts = ResponseFacts()
         self.done = False  # saw ``data: [DONE]``
+        self.gave_up = False  # an oversized event: the rest of the stream is relayed unread
         self._buffer = b""
 
     @property
@@ -96,6 +99,8 @@ class StreamInspector:
         return bool(self._buffer.strip(b"\r\n"))
 
     def feed(self, data: bytes) -> int:
+        if self.gave_up:
+            return 0
         buffer = self._buffer + data
         if b"\r" in buffer:
             # Normalize CRLF and lone CR to LF; a trailing CR may be the first half of a CRLF.
@@ -112,6 +117,10 @@ class StreamInspector:
             tokens += self._event(buffer[start:end])
             start = end + 2
         self._buffer = buffer[start:]
+        if len(self._buffer) > MAX_EVENT_BYTES:
+            self._malformed(f"an event over {MAX_EVENT_BYTES:,} bytes; the rest of the stream was not read")
+            self._buffer = b""
+            self.gave_up = True
         return tokens
 
     def finish(self) -> None:

@@ -242,3 +242,19 @@ def test_many_clients_leaving_early_leak_nothing(stack):
     labels = {"model": MODEL}
     assert stack.metric(request_signals.REQUESTS, outcome="cancelled", **labels) == 10
     assert stack.metric(request_signals.IN_FLIGHT, **labels) == 0
+
+
+def test_oversized_non_streaming_answer_is_refused_not_buffered():
+    stack = ProxyStack(FAST, max_buffered_response_bytes=4096)
+    try:
+        with client_for(stack) as client:
+            with pytest.raises(openai.APIStatusError) as caught:
+                client.chat.completions.create(model=MODEL, messages=MESSAGES, extra_body={"standin": {"tokens": 2000}})
+            assert caught.value.status_code == 502
+            assert caught.value.body["code"] == "upstream_response_too_large"
+            span = stack.wait_request_span()
+            assert span.attributes[attr.ERROR_TYPE] == "upstream_response_too_large"
+            # Streaming is relayed as it comes, whatever its length.
+            assert len(stream_text(stack, {"tokens": 2000})) > 4096
+    finally:
+        stack.close()

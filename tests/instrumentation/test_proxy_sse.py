@@ -83,6 +83,16 @@ def test_cut_off_stream_is_malformed():
     assert "inside an event" in inspector.facts.malformed
 
 
+def test_an_endless_event_does_not_grow_memory():
+    inspector = StreamInspector()
+    inspector.feed(chunk("a"))
+    for _ in range(40):
+        inspector.feed(b"data: " + b"x" * 64 * 1024)  # 2.5 MiB with no blank line
+    assert inspector.gave_up and not inspector.partial
+    assert "over 1,048,576 bytes" in inspector.facts.malformed
+    assert inspector.feed(chunk("b")) == 0  # not read any more
+
+
 def test_missing_done_is_malformed():
     inspector = StreamInspector()
     inspector.feed(chunk("a"))
