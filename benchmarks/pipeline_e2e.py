@@ -1,6 +1,6 @@
 """End-to-end pipeline benchmark: OTLP/HTTP requests in, rows in ClickHouse's otel_traces out.
 
-    .venv/bin/python benchmarks/pipeline_e2e.py [--traces 30000] [--timeline-share 0 0.1 1] [--concurrency 256]
+    .venv/bin/python benchmarks/pipeline_e2e.py [--traces 100000] [--timeline-share 0 0.1 1] [--concurrency 600]
 
 Everything runs on this machine: the embedded ClickHouse (chdb-core HTTP server) in one process, the
 receiver (`infersight receive`) in another, and this script as the load generator, sending
@@ -153,7 +153,8 @@ async def send_all(url: str, bodies: list[bytes], concurrency: int) -> dict:
     return stats
 
 
-def run_case(traces: int, timeline_share: float, concurrency: int, timeout: float, workdir: Path) -> dict:
+def run_case(traces: int, timeline_share: float, concurrency: int, timeout: float, workdir: Path,
+             pipeline: dict) -> dict:
     from infersight.pipelines.clickhouse_server import ClickHouseServer
     from infersight.pipelines.schema import migrations
     from infersight.pipelines.schema.ddl import SchemaOptions
@@ -166,7 +167,7 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
         client = server.client()
         migrations.migrate(client, SchemaOptions(database=DB))
         config = workdir / "infersight.yaml"
-        config.write_text(yaml.safe_dump({"pipeline": {"batch_rows": 50_000, "queue_max_spans": 200_000}}))
+        config.write_text(yaml.safe_dump({"pipeline": pipeline}))
         ports_file = workdir / "ports.json"
         ports_file.unlink(missing_ok=True)
         receiver = subprocess.Popen(
@@ -229,18 +230,23 @@ def report(r: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--traces", type=int, default=30_000, help="traces per case (7 spans each; default 30000)")
+    parser.add_argument("--traces", type=int, default=100_000, help="traces per case (7 spans each; default 100000)")
     parser.add_argument("--timeline-share", type=float, nargs="+", default=[0.0, 0.1, 1.0],
                         help="share of request spans with a 256-token timeline, one case each (default 0 0.1 1)")
-    parser.add_argument("--concurrency", type=int, default=256, help="concurrent client connections")
+    parser.add_argument("--concurrency", type=int, default=600, help="concurrent client connections")
     parser.add_argument("--timeout", type=float, default=180, help="limit per case, seconds")
+    parser.add_argument("--batch-rows", type=int, default=100_000, help="pipeline.batch_rows (default 100000)")
+    parser.add_argument("--queue-max-spans", type=int, default=300_000, help="pipeline.queue_max_spans")
+    parser.add_argument("--insert-threads", type=int, default=2, help="pipeline.insert_threads")
     args = parser.parse_args()
     print(f"pipeline end to end on {os.cpu_count()} cores: {args.traces * 7:,} spans per case, "
           f"{args.concurrency} connections, HTTP protobuf, {SPANS_PER_REQUEST} spans per request")
     rows = []
     with tempfile.TemporaryDirectory(prefix="infersight-bench-") as tmp:
         for share in args.timeline_share:
-            r = run_case(args.traces, share, args.concurrency, args.timeout, Path(tmp))
+            pipeline = {"batch_rows": args.batch_rows, "queue_max_spans": args.queue_max_spans,
+                        "insert_threads": args.insert_threads}
+            r = run_case(args.traces, share, args.concurrency, args.timeout, Path(tmp), pipeline)
             rows.append(r)
             report(r)
     print("\n" + json.dumps(rows))

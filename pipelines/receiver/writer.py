@@ -54,10 +54,10 @@ class Refused(ValueError):
 
 @dataclass(frozen=True)
 class WriterOptions:
-    batch_rows: int = 50_000
-    batch_bytes: int = 16 * 1024 * 1024
+    batch_rows: int = 100_000
+    batch_bytes: int = 64 * 1024 * 1024
     batch_seconds: float = 1.0
-    queue_max_spans: int = 200_000
+    queue_max_spans: int = 300_000
     insert_attempts: int = 3
     retry_initial_seconds: float = 0.2
     retry_max_seconds: float = 5.0
