@@ -184,10 +184,12 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
         started = time.perf_counter()
         stats = asyncio.run(asyncio.wait_for(send_all(url, bodies, concurrency), timeout))
         acked = time.perf_counter() - started
+        if stats["errors"]:
+            raise RuntimeError(f"{stats['errors']} requests were refused; the figures would be meaningless")
         deadline = time.monotonic() + timeout
-        while client.query(f"SELECT count() FROM {DB}.otel_traces").result_rows[0][0] < spans:
+        while (stored := client.query(f"SELECT count() FROM {DB}.otel_traces").result_rows[0][0]) < spans:
             if time.monotonic() > deadline:
-                raise TimeoutError("not every span reached ClickHouse in time")
+                raise TimeoutError(f"only {stored:,} of {spans:,} spans reached ClickHouse in {timeout} s")
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
         tokens = client.query(f"SELECT count() FROM {DB}.llm_token_events").result_rows[0][0]

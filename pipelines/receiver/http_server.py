@@ -46,9 +46,10 @@ def build_app(intake: Intake, max_body_bytes: int) -> web.Application:
         if request.content_length is not None and request.content_length > max_body_bytes:
             return _answer(intake.refuse("http", Kind.TOO_LARGE, _too_large(request.content_length, max_body_bytes)),
                            as_json)
-        body = await request.content.read(max_body_bytes + 1)
-        if len(body) > max_body_bytes:
-            return _answer(intake.refuse("http", Kind.TOO_LARGE, _too_large(len(body), max_body_bytes)), as_json)
+        body = await _read_body(request, max_body_bytes)
+        if body is None:
+            return _answer(intake.refuse("http", Kind.TOO_LARGE, _too_large(max_body_bytes + 1, max_body_bytes)),
+                           as_json)
         if encoding == "gzip":
             try:
                 body = _gunzip(body, max_body_bytes)
@@ -77,6 +78,20 @@ class _TooLarge(Exception):
     pass
 
 
+async def _read_body(request: web.Request, limit: int) -> bytes | None:
+    """The whole body, or None once it passes ``limit`` (chunked bodies have no Content-Length).
+
+    ``StreamReader.read(n)`` returns what has arrived so far, not n bytes: read until EOF.
+    """
+    chunks, size = [], 0
+    while chunk := await request.content.read(1 << 20):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def _gunzip(body: bytes, limit: int) -> bytes:
     """Decompress without ever holding more than ``limit`` bytes (a gzip bomb stops at the limit)."""
     decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
@@ -89,7 +104,7 @@ def _gunzip(body: bytes, limit: int) -> bytes:
 
 
 def _too_large(size: int, limit: int) -> str:
-    return f"body of {size} bytes is over the {limit}-byte limit (pipeline.max_body_bytes); send smaller batches"
+    return f"body of {size}+ bytes is over the {limit}-byte limit (pipeline.max_body_bytes); send smaller batches"
 
 
 def _answer(answer: Answer, as_json: bool) -> web.Response:

@@ -239,3 +239,30 @@ def test_tls_on_both_receivers(clickhouse_server, database, ch, tmp_path):
     finally:
         handle.stop()
     assert rows(ch, "SELECT count() FROM otel_traces")[0][0] == 5
+
+
+def test_large_and_chunked_bodies_arrive_whole(receiver, ch):
+    """A body spread over many TCP reads (MBs, or chunked without Content-Length) is read to its end."""
+    import asyncio
+
+    import aiohttp
+
+    big = request(spans=3000, tokens=120)  # ~2.5 MB
+    assert post(receiver.http_url + "/v1/traces", big.SerializeToString())[0] == 200
+    chunked = request(spans=500, tokens=120)
+
+    async def send_chunked() -> int:
+        body = chunked.SerializeToString()
+
+        async def pieces():
+            for i in range(0, len(body), 7000):
+                yield body[i:i + 7000]
+
+        async with aiohttp.ClientSession() as session, session.post(
+                receiver.http_url + "/v1/traces", data=pieces(),
+                headers={"Content-Type": "application/x-protobuf"}) as resp:
+            return resp.status
+
+    assert asyncio.run(send_chunked()) == 200
+    assert rows(ch, "SELECT count() FROM otel_traces")[0][0] == 3500
+    assert rows(ch, "SELECT count() FROM llm_token_events")[0][0] == 3500 * 120
