@@ -47,12 +47,12 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
     retries = library.retries(client, db, start, end)
 
     stall_points = _stall_points(worst_rows)
-    neighbor_sets = [(instance, at, library.neighbors(client, db, instance, at, service=service))
-                     for instance, at in stall_points[:MAX_STALL_SECTIONS]]
+    neighbor_sets = [(instance, at, library.neighbors(client, db, instance, during, service=service))
+                     for instance, at, during in stall_points[:MAX_STALL_SECTIONS]]
     sections = [_summary(window, pools, stalls, neighbor_sets, retries, min_gap_ms)]
 
     if percentiles:
-        plots.ttft_per_instance(percentiles, [at for _, at in stall_points], folder / "ttft_p95.png")
+        plots.ttft_per_instance(percentiles, [at for _, at, _ in stall_points], folder / "ttft_p95.png")
         sections.append(Section("TTFT p95 per instance", ["Per minute, from the llm_requests_1m rollup."],
                                 "ttft_p95.png", slowest, ["trace_id", "started", "instance", "pool", "outcome",
                                                           "ttft_ms", "e2e_ms", "input_tokens"]))
@@ -82,7 +82,7 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
                             None, pools, ["service", "pool", "requests", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
                                           "tokens_per_s", "error_rate"]))
     if prometheus_url:
-        sections += _prometheus_sections(prometheus_url, window, [at for _, at in stall_points], folder)
+        sections += _prometheus_sections(prometheus_url, window, [at for _, at, _ in stall_points], folder)
 
     written = [folder / "report.md", folder / "report.html"]
     written[0].write_text(_markdown(window, sections))
@@ -90,20 +90,23 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
     return written + sorted(folder.glob("*.png"))
 
 
-def _stall_points(worst_rows: list[dict[str, Any]]) -> list[tuple[str, dt.datetime]]:
-    """Distinct (instance, second) where the worst requests' longest gaps began.
+def _stall_points(worst_rows: list[dict[str, Any]]) -> list[tuple[str, dt.datetime, dt.datetime]]:
+    """Distinct (instance, stall start, middle of the gap) of the worst requests' longest gaps.
 
+    Neighbours are looked up in the middle of the gap, not at its start: the start is the last token
+    before the stall, often a moment before the culprit (a long prompt going into prefill) arrived.
     From the request span's own summary, so it works for requests whose timeline was not kept.
     """
-    points: list[tuple[str, dt.datetime]] = []
+    points: list[tuple[str, dt.datetime, dt.datetime]] = []
     seen: set[tuple[str, dt.datetime]] = set()
     for row in worst_rows:
         if row["stall_at"] is None or not row["instance"]:
             continue
-        key = (row["instance"], row["stall_at"].replace(microsecond=0))
+        during = row["stall_at"] + dt.timedelta(milliseconds=(row["max_gap_ms"] or 0) / 2)
+        key = (row["instance"], during.replace(microsecond=0))
         if key not in seen:
             seen.add(key)
-            points.append((row["instance"], row["stall_at"]))
+            points.append((row["instance"], row["stall_at"], during))
     return points
 
 
