@@ -160,8 +160,10 @@ async def serve_forever(receiver: Receiver, ports_file: str | None = None) -> No
     import signal
 
     ports = await receiver.start()
-    if ports_file:
-        Path(ports_file).write_text(json.dumps(ports))
+    if ports_file:  # written whole then renamed: a reader never sees it half-written
+        tmp = Path(f"{ports_file}.tmp")
+        tmp.write_text(json.dumps(ports))
+        tmp.replace(ports_file)
     print(f"infersight receive: OTLP/HTTP on {split_listen(receiver.http_listen)[0]}:{ports['http']} "
           f"(/v1/traces, /metrics), OTLP/gRPC on {split_listen(receiver.grpc_listen)[0]}:{ports['grpc']}, "
           f"into {receiver.sink.dsn}", flush=True)
