@@ -208,6 +208,7 @@ class Pipeline(Section):
     retry_max_seconds: float = Field(5.0, gt=0, description="longest backoff between retries or replays")
     insert_threads: int = Field(2, gt=0, le=16, description="concurrent ClickHouse inserts")
     queue_max_spans: int = Field(300_000, gt=0, description="spans held in memory; beyond: 429")
+    queue_max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="request bytes held in memory; beyond: 429")
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     max_attribute_length: int = Field(8192, gt=0)
     spool_dir: str = ".infersight/spool"

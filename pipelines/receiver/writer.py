@@ -14,8 +14,8 @@ one batch while the next is parsed) does:
 4. when ClickHouse refuses a batch's data outright, inserts its requests one by one so that only the
    bad request fails (HTTP 400 / INVALID_ARGUMENT) and the rest are stored.
 
-Memory is bounded by ``queue_max_spans``: beyond it :meth:`submit` raises :class:`QueueFull`
-(HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED).
+Memory is bounded by ``queue_max_spans`` and ``queue_max_bytes``: beyond them :meth:`submit` raises
+:class:`QueueFull` (HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class WriterOptions:
     batch_bytes: int = 64 * 1024 * 1024
     batch_seconds: float = 1.0
     queue_max_spans: int = 300_000
+    queue_max_bytes: int = 256 * 1024 * 1024
     insert_attempts: int = 3
     retry_initial_seconds: float = 0.2
     retry_max_seconds: float = 5.0
@@ -85,6 +86,7 @@ class Writer:
         self._queue: deque[_Request] = deque()
         self._queued_bytes = 0
         self._pending_spans = 0  # queued + being written, for the memory bound
+        self._pending_bytes = 0
         self._cond = threading.Condition()
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -101,12 +103,16 @@ class Writer:
         with self._cond:
             if self._stopping:
                 raise Unavailable("the receiver is shutting down")
-            if self._pending_spans + spans > self.options.queue_max_spans and self._pending_spans > 0:
+            if self._pending_spans > 0 and self._pending_spans + spans > self.options.queue_max_spans:
                 raise QueueFull(f"{self._pending_spans} spans already waiting (pipeline.queue_max_spans="
                                 f"{self.options.queue_max_spans})", retry_after=self._retry_after())
+            if self._pending_bytes > 0 and self._pending_bytes + len(payload) > self.options.queue_max_bytes:
+                raise QueueFull(f"{self._pending_bytes} bytes already waiting (pipeline.queue_max_bytes="
+                                f"{self.options.queue_max_bytes})", retry_after=self._retry_after())
             self._queue.append(request)
             self._queued_bytes += len(payload)
             self._pending_spans += spans
+            self._pending_bytes += len(payload)
             self.metrics.queue_depth.set(self._pending_spans)
             self._cond.notify()
         return request.future
@@ -319,6 +325,7 @@ class Writer:
     def _release(self, batch: list[_Request]) -> None:
         with self._cond:
             self._pending_spans -= sum(r.spans for r in batch)
+            self._pending_bytes -= sum(len(r.payload) for r in batch)
             self.metrics.queue_depth.set(self._pending_spans)
 
     def _backoff(self, attempt: int) -> float:

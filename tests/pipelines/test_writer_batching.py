@@ -121,10 +121,12 @@ def test_a_full_queue_answers_429_and_resource_exhausted(dsn, tmp_path):
         assert first["status"] == 200  # the queued request was stored and acknowledged
     finally:
         handle.stop()
-    with pytest.raises(QueueFull):  # the bound holds for direct callers too
-        writer = make_writer(dsn, tmp_path / "w2", queue_max_spans=5, batch_seconds=60)
-        writer.submit(b"x", 4)
+    writer = make_writer(dsn, tmp_path / "w2", queue_max_spans=5, queue_max_bytes=100, batch_seconds=60)
+    writer.submit(b"x", 4)
+    with pytest.raises(QueueFull, match="queue_max_spans=5"):  # the bounds hold for direct callers too
         writer.submit(b"y", 4)
+    with pytest.raises(QueueFull, match="queue_max_bytes=100"):
+        writer.submit(b"z" * 100, 1)
 
 
 def test_a_field_clickhouse_cannot_parse_is_dropped_not_the_request(dsn, ch, tmp_path):
