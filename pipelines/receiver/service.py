@@ -21,7 +21,7 @@ from infersight.pipelines.receiver.grpc_server import build_server
 from infersight.pipelines.receiver.http_server import build_app
 from infersight.pipelines.receiver.intake import Intake
 from infersight.pipelines.receiver.metrics import PipelineMetrics
-from infersight.pipelines.receiver.sink import ClickHouseSink
+from infersight.pipelines.receiver.sink import make_sink
 from infersight.pipelines.receiver.spool import Spool
 from infersight.pipelines.receiver.writer import Writer, WriterOptions
 
@@ -49,7 +49,7 @@ class Receiver:
         split_listen(self.http_listen), split_listen(self.grpc_listen)  # fail early on a bad address
         self.metrics = PipelineMetrics()
         try:
-            self.sink = ClickHouseSink(dsn or config.clickhouse.dsn, store_content=p.store_content)
+            self.sink = make_sink(dsn or config.clickhouse.dsn, store_content=p.store_content)
         except ValueError as exc:
             raise SetupError(str(exc)) from None
         try:

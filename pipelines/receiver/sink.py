@@ -11,8 +11,10 @@ checks the tables it writes (directly or through materialized views) and sets it
 from __future__ import annotations
 
 import re
+import tempfile
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from infersight.pipelines.receiver import ingest_sql
@@ -45,12 +47,13 @@ class ClickHouseSink:
 
     def __init__(self, dsn: str, store_content: bool = False, timeout_seconds: float = 30.0):
         if not dsn.startswith(("http://", "https://")):
-            raise ValueError(f"clickhouse.dsn {dsn!r}: the receiver writes to a ClickHouse server over HTTP; "
-                             "run `infersight up` (embedded server) or set an http:// DSN")
+            raise ValueError(f"clickhouse.dsn {dsn!r}: expected http(s)://host:port/database (a ClickHouse server, "
+                             "e.g. the one `infersight up` starts) or chdb://PATH (in-process)")
         parts = urlsplit(dsn)
         self.dsn = dsn
         self.database = parts.path.strip("/") or "default"
         self.timeout = timeout_seconds
+        self.store_content = store_content
         self.query = ingest_sql.insert_query(self.database, store_content)
         self._local = threading.local()  # one HTTP client per writer thread
         self._dedup_ready = False
@@ -63,12 +66,15 @@ class ClickHouseSink:
                 self.ensure_deduplication(client)
                 self._dedup_ready = True
             started = time.perf_counter()
-            client.command(self.query, data=framed, settings=ingest_sql.settings(token))
+            self._send(client, framed, token)
             return time.perf_counter() - started
         except InsertFailed:
             raise
         except Exception as exc:  # noqa: BLE001 - every client error is sorted into transient or permanent
             raise self._classify(exc) from None
+
+    def _send(self, client, framed: bytes, token: str) -> None:
+        client.command(self.query, data=framed, settings=ingest_sql.settings(token))
 
     def ensure_deduplication(self, client) -> list[str]:
         """Set ``non_replicated_deduplication_window`` on plain MergeTree tables that lack it."""
@@ -119,3 +125,48 @@ class ClickHouseSink:
             self._dedup_ready = False
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         return InsertFailed(first[:500], permanent)
+
+
+class InProcessSink(ClickHouseSink):
+    """``chdb://PATH``: the same insert on the in-process engine, which reads the batch from a file.
+
+    One engine per process and one data folder per engine: the receiver then owns the folder (no
+    server may have it open), and inserts are serialized (the engine runs one query at a time).
+    """
+
+    def __init__(self, dsn: str, store_content: bool = False, timeout_seconds: float = 30.0):
+        from infersight.pipelines.schema.connection import database_of
+
+        self.dsn = dsn
+        self.database = database_of(dsn)
+        self.timeout = timeout_seconds
+        self.store_content = store_content
+        self._lock = threading.Lock()
+        self._client = None
+        self._dedup_ready = False
+        self._scratch = Path(tempfile.mkdtemp(prefix="infersight-batches-"))
+
+    def _connect(self):
+        if self._client is None:
+            from infersight.pipelines.schema.connection import connect
+
+            self._client = connect(self.dsn)
+        return self._client
+
+    def _send(self, client, framed: bytes, token: str) -> None:
+        with self._lock:
+            path = self._scratch / "batch.pb"
+            path.write_bytes(framed)
+            source = f"file({ddl.literal(str(path))}, 'Protobuf', {ddl.literal(ingest_sql.STRUCTURE)})"
+            client.command(ingest_sql.insert_query(self.database, self.store_content, source=source),
+                           settings=ingest_sql.settings(token))
+
+    def close(self) -> None:
+        pass  # the in-process engine lives as long as the process
+
+
+def make_sink(dsn: str, store_content: bool = False) -> ClickHouseSink:
+    """The sink for a DSN: HTTP to a server, or the in-process engine for ``chdb://``."""
+    if dsn.startswith("chdb:"):
+        return InProcessSink(dsn, store_content)
+    return ClickHouseSink(dsn, store_content)

@@ -24,7 +24,7 @@ def test_help_describes_both_commands(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["receive", "--dsn", "chdb://memory/traces"], "writes to a ClickHouse server over HTTP"),
+    (["receive", "--dsn", "ftp://ch.internal/traces"], "expected http(s)://host:port/database"),
     (["receive", "--otlp-http", "nowhere"], "expected HOST:PORT"),
     (["receive", "--otlp-grpc", "127.0.0.1:99999"], "expected HOST:PORT"),
 ])
@@ -74,3 +74,43 @@ def test_up_starts_clickhouse_migrates_and_receives(tmp_path):
         stored = {r[0] for r in client.query("SELECT SpanId FROM default.otel_traces").result_rows}
         client.close()
     assert stored == span_ids(req)
+
+
+def test_receive_into_the_in_process_engine(tmp_path):
+    """``chdb://PATH``: the receiver owns the data folder and inserts in-process (run as a process, since
+    an engine per process can hold only one folder)."""
+    from tests.conftest import require_chdb
+
+    require_chdb()
+    dsn = f"chdb://{tmp_path / 'data'}"
+    migrate = subprocess.run([sys.executable, "-m", "infersight", "db", "migrate", "--dsn", dsn],
+                             capture_output=True, text=True, timeout=120)
+    if "needs the 'chdb' package" in migrate.stderr:  # clickhouse-connect's chdb backend is optional
+        assert migrate.returncode == 1
+        return
+    assert migrate.returncode == 0, migrate.stderr
+    ports_file = tmp_path / "ports.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infersight", "receive", "--dsn", dsn, "--otlp-http", "127.0.0.1:0",
+         "--otlp-grpc", "127.0.0.1:0", "--spool-dir", str(tmp_path / "spool"), "--ports-file", str(ports_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ports_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.1)
+        req = request(spans=4, tokens=3)
+        port = json.loads(ports_file.read_text())["http"]
+        assert post(f"http://127.0.0.1:{port}/v1/traces", req.SerializeToString())[0] == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output
+    from infersight.pipelines.clickhouse_server import ClickHouseServer
+
+    with ClickHouseServer(tmp_path / "data") as server:
+        client = server.client()
+        stored = {r[0] for r in client.query("SELECT SpanId FROM default.otel_traces").result_rows}
+        tokens = client.query("SELECT count() FROM default.llm_token_events").result_rows[0][0]
+        client.close()
+    assert stored == span_ids(req) and tokens == 12
