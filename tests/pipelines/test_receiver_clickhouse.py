@@ -68,9 +68,13 @@ def export_with_sdk(exporter, service: str, count: int) -> None:
     provider.shutdown()
 
 
-def test_sdk_exporters_over_http_and_grpc_store_every_span_once(receiver, ch):
-    export_with_sdk(HttpExporter(endpoint=receiver.http_url + "/v1/traces"), "gw-http", 40)
-    export_with_sdk(GrpcExporter(endpoint=receiver.grpc_target, insecure=True), "gw-grpc", 40)
+def test_sdk_exporters_over_http_and_grpc_with_gzip_store_every_span_once(receiver, ch):
+    from opentelemetry.exporter.otlp.proto.http import Compression
+
+    export_with_sdk(HttpExporter(endpoint=receiver.http_url + "/v1/traces", compression=Compression.Gzip),
+                    "gw-http", 40)
+    export_with_sdk(GrpcExporter(endpoint=receiver.grpc_target, insecure=True, compression=grpc.Compression.Gzip),
+                    "gw-grpc", 40)
     counts = dict(rows(ch, "SELECT ServiceName, uniqExact(SpanId) FROM otel_traces GROUP BY ServiceName"))
     assert counts == {"gw-http": 80, "gw-grpc": 80}
     assert rows(ch, "SELECT count() FROM otel_traces")[0][0] == 160  # nothing doubled
