@@ -152,6 +152,9 @@ class Writer:
                 if self._replaying.acquire(blocking=False):
                     try:
                         self._replay()
+                    except Exception:  # noqa: BLE001 - a disk error must not end the writer thread
+                        log.exception("writer: replay failed")
+                        self._next_replay = time.monotonic() + self.options.retry_max_seconds
                     finally:
                         self._replaying.release()
             with self._cond:
@@ -172,7 +175,7 @@ class Writer:
                     return []
                 else:
                     wait = opts.batch_seconds
-                if self.spool:
+                if self.spool and not self._replaying.locked():  # (another thread replaying: just wait)
                     replay_in = self._next_replay - time.monotonic()
                     if replay_in <= 0:
                         return []
