@@ -145,3 +145,22 @@ def test_sigkill_with_acknowledged_spans_in_the_spool_loses_and_doubles_nothing(
         assert proc.wait(30) == 0
     counts = stored_counts(server)
     assert len(counts) == len(acked) and max(counts.values()) == 1
+
+
+def test_a_full_spool_refuses_instead_of_acknowledging(clickhouse_private_server, tmp_path):
+    """ClickHouse down and the spool at its bound: 503 + Retry-After (the client keeps the data), never a 200."""
+    server = clickhouse_private_server()
+    migrate(server, DB)
+    server.stop()
+    handle = start_receiver(f"{server.url}/{DB}", tmp_path / "spool", spool_max_bytes=6000, **FAST_RETRIES)
+    try:
+        url = handle.http_url + "/v1/traces"
+        assert post(url, request(spans=10).SerializeToString())[0] == 200  # fits: acknowledged from the spool
+        status, headers, _ = post(url, request(spans=200).SerializeToString())  # ~12 kB: over the bound
+        assert status == 503 and int(headers["Retry-After"]) >= 1
+        assert handle.receiver.spool.batches == 1
+        text = urllib.request.urlopen(handle.http_url + "/metrics").read().decode()
+        assert metric(text, "infersight_pipeline_spans_rejected_total", reason="unavailable") == 200
+        assert metric(text, "infersight_pipeline_spool_bytes") > 0
+    finally:
+        handle.stop()
