@@ -239,6 +239,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=180, help="limit per case, seconds")
     parser.add_argument("--batch-rows", type=int, default=100_000, help="pipeline.batch_rows (default 100000)")
     parser.add_argument("--queue-max-spans", type=int, default=300_000, help="pipeline.queue_max_spans")
+    parser.add_argument("--batch-bytes", type=int, default=None, help="pipeline.batch_bytes (default: the config's)")
     parser.add_argument("--insert-threads", type=int, default=2, help="pipeline.insert_threads")
     args = parser.parse_args()
     print(f"pipeline end to end on {os.cpu_count()} cores: {args.traces * 7:,} spans per case, "
@@ -248,6 +249,8 @@ def main() -> int:
         for share in args.timeline_share:
             pipeline = {"batch_rows": args.batch_rows, "queue_max_spans": args.queue_max_spans,
                         "insert_threads": args.insert_threads}
+            if args.batch_bytes:
+                pipeline["batch_bytes"] = args.batch_bytes
             r = run_case(args.traces, share, args.concurrency, args.timeout, Path(tmp), pipeline)
             rows.append(r)
             report(r)

@@ -55,7 +55,7 @@ class Refused(ValueError):
 @dataclass(frozen=True)
 class WriterOptions:
     batch_rows: int = 100_000
-    batch_bytes: int = 64 * 1024 * 1024
+    batch_bytes: int = 24 * 1024 * 1024
     batch_seconds: float = 1.0
     queue_max_spans: int = 300_000
     queue_max_bytes: int = 256 * 1024 * 1024
