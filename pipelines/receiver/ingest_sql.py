@@ -122,9 +122,10 @@ def select(store_content: bool, source: str) -> str:
         return _attribute_map(expr, store_content)
 
     # Resource and scope are joined per (resource, scope) pair first and only then per span, so that
-    # ClickHouse never copies a whole scope's span array once per span (that is quadratic).
-    flat = f"""(SELECT resource_attributes, scope, arrayJoin(spans) AS span FROM
-  (SELECT rs.resource.attributes AS resource_attributes, ss.scope AS scope, ss.spans AS spans FROM
+    # ClickHouse never copies a whole scope's span array once per span (that is quadratic); the
+    # resource's attribute map is rendered there too, once per resource instead of once per span.
+    flat = f"""(SELECT resource_map, scope, arrayJoin(spans) AS span FROM
+  (SELECT {attributes('rs.resource.attributes')} AS resource_map, ss.scope AS scope, ss.spans AS spans FROM
     (SELECT rs, arrayJoin(rs.scope_spans) AS ss FROM
       (SELECT arrayJoin(resource_spans) AS rs FROM {source}))))"""
     return f"""SELECT
@@ -135,8 +136,8 @@ def select(store_content: bool, source: str) -> str:
   span.trace_state AS TraceState,
   span.name AS SpanName,
   {SPAN_KINDS}[span.kind + 1] AS SpanKind,
-  ResourceAttributes['service.name'] AS ServiceName,
-  {attributes('resource_attributes')} AS ResourceAttributes,
+  resource_map['service.name'] AS ServiceName,
+  resource_map AS ResourceAttributes,
   scope.name AS ScopeName,
   scope.version AS ScopeVersion,
   {attributes('span.attributes')} AS SpanAttributes,

@@ -270,3 +270,17 @@ def test_large_and_chunked_bodies_arrive_whole(receiver, ch):
     assert asyncio.run(send_chunked()) == 200
     assert rows(ch, "SELECT count() FROM otel_traces")[0][0] == 3500
     assert rows(ch, "SELECT count() FROM llm_token_events")[0][0] == 3500 * 120
+
+
+def test_several_resources_and_scopes_in_one_request(receiver, ch):
+    req = request(spans=2, service="svc-a")
+    req.resource_spans.extend(request(spans=3, service="svc-b").resource_spans)
+    extra = req.resource_spans[0].scope_spans.add()
+    extra.scope.name, extra.scope.version = "second-scope", "9"
+    extra.spans.extend(request(spans=1).resource_spans[0].scope_spans[0].spans)
+    assert post(receiver.http_url + "/v1/traces", req.SerializeToString())[0] == 200
+    grouped = rows(ch, "SELECT ServiceName, ScopeName, ScopeVersion, ResourceAttributes, count() FROM otel_traces "
+                       "GROUP BY ALL ORDER BY ALL")
+    assert grouped == [("svc-a", "infersight.tests", "1.0", {"service.name": "svc-a"}, 2),
+                       ("svc-a", "second-scope", "9", {"service.name": "svc-a"}, 1),
+                       ("svc-b", "infersight.tests", "1.0", {"service.name": "svc-b"}, 3)]
