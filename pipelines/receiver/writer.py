@@ -84,7 +84,8 @@ class Writer:
         self.options = options
         self.metrics = metrics or PipelineMetrics()
         self._queue: deque[_Request] = deque()
-        self._queued_bytes = 0
+        self._queued_bytes = 0  # in the queue, not yet taken by a writer thread
+        self._queued_spans = 0
         self._pending_spans = 0  # queued + being written, for the memory bound
         self._pending_bytes = 0
         self._cond = threading.Condition()
@@ -111,6 +112,7 @@ class Writer:
                                 f"{self.options.queue_max_bytes})", retry_after=self._retry_after())
             self._queue.append(request)
             self._queued_bytes += len(payload)
+            self._queued_spans += spans
             self._pending_spans += spans
             self._pending_bytes += len(payload)
             self.metrics.queue_depth.set(self._pending_spans)
@@ -166,7 +168,7 @@ class Writer:
         with self._cond:
             while True:
                 if self._queue:
-                    full = self._queued_rows() >= opts.batch_rows or self._queued_bytes >= opts.batch_bytes
+                    full = self._queued_spans >= opts.batch_rows or self._queued_bytes >= opts.batch_bytes
                     age = time.monotonic() - self._queue[0].received
                     if full or age >= opts.batch_seconds or self._stopping:
                         break
@@ -189,10 +191,8 @@ class Writer:
                 rows += request.spans
                 size += len(request.payload)
             self._queued_bytes -= size
+            self._queued_spans -= rows
             return batch
-
-    def _queued_rows(self) -> int:
-        return self._pending_spans  # close enough: the batch being written is no longer waiting
 
     def _write(self, batch: list[_Request]) -> None:
         framed = frame([r.payload for r in batch])
