@@ -1,6 +1,7 @@
 """End-to-end pipeline benchmark: OTLP/HTTP requests in, rows in ClickHouse's otel_traces out.
 
     .venv/bin/python benchmarks/pipeline_e2e.py [--traces 100000] [--timeline-share 0 0.1 1] [--concurrency 600]
+                                                [--protocol http|grpc]
 
 Everything runs on this machine: the embedded ClickHouse (chdb-core HTTP server) in one process, the
 receiver (`infersight receive`) in another, and this script as the load generator, sending
@@ -153,8 +154,36 @@ async def send_all(url: str, bodies: list[bytes], concurrency: int) -> dict:
     return stats
 
 
+async def send_all_grpc(target: str, bodies: list[bytes], concurrency: int) -> dict:
+    """The same over OTLP/gRPC (raw request bytes, as an SDK exporter sends them)."""
+    import grpc
+
+    queue = list(reversed(bodies))
+    stats = {"retries_429": 0, "errors": 0}
+    async with grpc.aio.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel:
+        export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+
+        async def worker():
+            while queue:
+                body = queue.pop()
+                while True:
+                    try:
+                        await export(body, timeout=120)
+                        break
+                    except grpc.aio.AioRpcError as exc:
+                        if exc.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
+                            stats["retries_429"] += 1
+                            await asyncio.sleep(random.uniform(0.5, 1))
+                            continue
+                        stats["errors"] += 1
+                        break
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return stats
+
+
 def run_case(traces: int, timeline_share: float, concurrency: int, timeout: float, workdir: Path,
-             pipeline: dict) -> dict:
+             pipeline: dict, protocol: str = "http") -> dict:
     from infersight.pipelines.clickhouse_server import ClickHouseServer
     from infersight.pipelines.schema import migrations
     from infersight.pipelines.schema.ddl import SchemaOptions
@@ -176,13 +205,17 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
              "--ports-file", str(ports_file)], stdout=subprocess.DEVNULL)
         while not ports_file.exists():
             time.sleep(0.05)
-        url = f"http://127.0.0.1:{json.loads(ports_file.read_text())['http']}/v1/traces"
+        ports = json.loads(ports_file.read_text())
+        if protocol == "grpc":
+            sender = send_all_grpc(f"127.0.0.1:{ports['grpc']}", bodies, concurrency)
+        else:
+            sender = send_all(f"http://127.0.0.1:{ports['http']}/v1/traces", bodies, concurrency)
         ch_pids = [server.proc.pid, *children_of(server.proc.pid)]
         ch_cpu0 = sum(cpu_seconds(p) for p in ch_pids)
         rx_cpu0 = cpu_seconds(receiver.pid)
         me_cpu0 = time.process_time()
         started = time.perf_counter()
-        stats = asyncio.run(asyncio.wait_for(send_all(url, bodies, concurrency), timeout))
+        stats = asyncio.run(asyncio.wait_for(sender, timeout))
         acked = time.perf_counter() - started
         if stats["errors"]:
             raise RuntimeError(f"{stats['errors']} requests were refused; the figures would be meaningless")
@@ -241,9 +274,10 @@ def main() -> int:
     parser.add_argument("--queue-max-spans", type=int, default=300_000, help="pipeline.queue_max_spans")
     parser.add_argument("--batch-bytes", type=int, default=None, help="pipeline.batch_bytes (default: the config's)")
     parser.add_argument("--insert-threads", type=int, default=2, help="pipeline.insert_threads")
+    parser.add_argument("--protocol", choices=("http", "grpc"), default="http", help="OTLP transport (default http)")
     args = parser.parse_args()
     print(f"pipeline end to end on {os.cpu_count()} cores: {args.traces * 7:,} spans per case, "
-          f"{args.concurrency} connections, HTTP protobuf, {SPANS_PER_REQUEST} spans per request")
+          f"{args.concurrency} connections, OTLP/{args.protocol} protobuf, {SPANS_PER_REQUEST} spans per request")
     rows = []
     with tempfile.TemporaryDirectory(prefix="infersight-bench-") as tmp:
         for share in args.timeline_share:
@@ -251,7 +285,7 @@ def main() -> int:
                         "insert_threads": args.insert_threads}
             if args.batch_bytes:
                 pipeline["batch_bytes"] = args.batch_bytes
-            r = run_case(args.traces, share, args.concurrency, args.timeout, Path(tmp), pipeline)
+            r = run_case(args.traces, share, args.concurrency, args.timeout, Path(tmp), pipeline, args.protocol)
             rows.append(r)
             report(r)
     print("\n" + json.dumps(rows))
