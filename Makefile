@@ -13,12 +13,13 @@ $(VENV)/.installed: pyproject.toml setup.py
 
 venv: $(VENV)/.installed
 
-# promtool, prometheus, amtool and alertmanager come from Debian (tests run the real ones).
+# promtool, prometheus, amtool and alertmanager come from Debian (tests run the real ones);
+# openssl makes the certificate for the receivers' TLS test.
 debian-tools:
-	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
-		echo "installing prometheus and prometheus-alertmanager from Debian"; \
+	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null || ! command -v openssl >/dev/null; then \
+		echo "installing prometheus, prometheus-alertmanager and openssl from Debian"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			prometheus prometheus-alertmanager >/dev/null; \
+			prometheus prometheus-alertmanager openssl >/dev/null; \
 	fi
 
 demo: venv
