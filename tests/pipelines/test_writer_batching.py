@@ -101,7 +101,9 @@ def test_a_full_queue_answers_429_and_resource_exhausted(dsn, tmp_path):
         url = handle.http_url + "/v1/traces"
         waiting = threading.Thread(target=lambda: first.update(status=post(url, request(8).SerializeToString())[0]))
         waiting.start()
+        deadline = time.monotonic() + 20
         while handle.receiver.writer.pending_spans < 8:  # the first request is queued, waiting for its batch
+            assert time.monotonic() < deadline and waiting.is_alive(), first
             waiting.join(0.01)
         status, headers, body = post(url, request(5).SerializeToString())
         assert status == 429 and int(headers["Retry-After"]) >= 1
