@@ -32,8 +32,6 @@ ZERO_TRACE_ID = bytes(16)
 ZERO_SPAN_ID = bytes(8)
 # Attributes that must never be cut: the token materialized view parses the whole JSON array.
 UNTRUNCATED_KEYS = frozenset({attr.TOKEN_OFFSETS_US})
-# Spans at least this large may carry a token timeline worth rewriting (see _timeline_as_text).
-TIMELINE_SPAN_BYTES = 1024
 
 
 class BadPayload(ValueError):
@@ -105,7 +103,7 @@ def response_bytes(rejected: int, message: str = "", as_json: bool = False) -> b
 def _check(request: ExportTraceServiceRequest, body: bytes | None, max_length: int) -> Decoded:
     kept = invalid = truncated = 0
     changed = body is None
-    check_sizes = body is None or len(body) > min(max_length, TIMELINE_SPAN_BYTES)
+    check_sizes = body is None or len(body) > max_length  # no value can exceed the limit otherwise
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             spans = scope_spans.spans
@@ -117,14 +115,11 @@ def _check(request: ExportTraceServiceRequest, body: bytes | None, max_length: i
                     bad.append(index)
                     continue
                 # A value longer than the limit makes its span at least that long (cheap C check first).
-                size = span.ByteSize() if check_sizes else 0
-                if size > max_length:
+                if check_sizes and span.ByteSize() > max_length:
                     cut = _truncate_span(span, max_length)
                     if cut:
                         truncated += cut
                         changed = True
-                if size > TIMELINE_SPAN_BYTES and _timeline_as_text(span):
-                    changed = True
             for index in reversed(bad):
                 del spans[index]
             if bad:
@@ -133,23 +128,6 @@ def _check(request: ExportTraceServiceRequest, body: bytes | None, max_length: i
             kept += len(spans)
     payload = request.SerializeToString() if changed else body
     return Decoded(payload=payload, spans=kept, invalid_ids=invalid, truncated=truncated)
-
-
-def _timeline_as_text(span) -> bool:
-    """Send an integer token timeline to ClickHouse as its JSON text, the form it is stored in.
-
-    ClickHouse parses an OTLP array as one message per element (~0.4 us per token, on the one core
-    its queries run on); the same offsets as a string cost it next to nothing, and the Python here
-    runs on the receiver's core. The stored value is identical (``[1000,1500,2600]``).
-    """
-    for item in span.attributes:
-        if item.key == attr.TOKEN_OFFSETS_US and item.value.WhichOneof("value") == "array_value":
-            values = item.value.array_value.values
-            if not all(v.WhichOneof("value") == "int_value" for v in values):
-                return False  # not the integer array we know how to print: leave it to ClickHouse
-            item.value.string_value = "[" + ",".join([str(v.int_value) for v in values]) + "]"
-            return True
-    return False
 
 
 def _truncate_span(span, max_length: int) -> int:

@@ -50,8 +50,7 @@ def test_long_strings_are_cut_and_counted_but_the_token_timeline_is_not():
     assert attrs["llm.note"].string_value == "x" * 100
     assert attrs["llm.short"].string_value == "ok"
     assert attrs["tags"].string_value == ('["' + "y" * 400)[:100]  # rendered as JSON text, then cut
-    timeline = attrs["llm.token.offsets_us"].string_value  # whole, as the JSON text it is stored as
-    assert json.loads(timeline) == [1000 * (t + 1) for t in range(200)]
+    assert len(attrs["llm.token.offsets_us"].array_value.values) == 200
 
 
 def test_event_attributes_are_truncated_too():
@@ -116,17 +115,3 @@ def test_render_any_value_matches_the_collectors_text(value, text):
 def test_frame_round_trip():
     payloads = [b"", b"a", b"b" * 300, b"c" * 70000]
     assert unframe(frame(payloads)) == payloads
-
-
-def test_large_integer_timelines_travel_as_text_small_or_odd_ones_unchanged():
-    big = request(spans=1, tokens=300)
-    small = request(spans=1, tokens=5)
-    odd = request(spans=1, attributes={"llm.token.offsets_us": [1, "two", 3] * 100})
-    for req, expect_text in ((big, True), (small, False), (odd, False)):
-        decoded = otlp.decode_protobuf(req.SerializeToString(), 8192)
-        span = ExportTraceServiceRequest.FromString(decoded.payload).resource_spans[0].scope_spans[0].spans[0]
-        value = next(kv.value for kv in span.attributes if kv.key == "llm.token.offsets_us")
-        assert (value.WhichOneof("value") == "string_value") is expect_text
-        if expect_text:
-            assert value.string_value == "[" + ",".join(str(1000 * (t + 1)) for t in range(300)) + "]"
-            assert decoded.truncated == 0
