@@ -93,11 +93,13 @@ class Receiver:
         return self.ports
 
     async def stop(self) -> None:
+        """Flush first, while the listeners still answer: requests in flight get their 200 (stored) and
+        new ones a 503 (retry elsewhere), so nothing is stored and then re-sent by a client who never heard."""
+        await asyncio.get_running_loop().run_in_executor(None, self.writer.stop)
         if self._grpc is not None:
             await self._grpc.stop(grace=2)
         if self._runner is not None:
             await self._runner.cleanup()
-        await asyncio.get_running_loop().run_in_executor(None, self.writer.stop)
 
 
 def _read_secret(path: str | None) -> str | None:
