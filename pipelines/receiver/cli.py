@@ -13,7 +13,8 @@ def register(subparsers) -> None:
                     "are in ClickHouse or in the on-disk spool; a full queue answers 429/RESOURCE_EXHAUSTED. "
                     "Self-metrics are served at http://<otlp_http>/metrics.")
     _listener_flags(receive)
-    receive.add_argument("--dsn", help="ClickHouse DSN, http(s)://host:port/database (default: clickhouse.dsn)")
+    receive.add_argument("--dsn", help="ClickHouse DSN: http(s)://host:port/database, or chdb://PATH for the "
+                                       "in-process engine (default: clickhouse.dsn)")
     receive.set_defaults(func=run_receive)
 
     up = subparsers.add_parser(
