@@ -60,7 +60,7 @@ def spans_rejected(limits: Limits) -> Alert:
     per_minute = 10_000
     high, near = math.floor(t * per_minute) + 20, round(0.9 * t * per_minute)
     require(high / per_minute > t > near / per_minute, "rejected shares must straddle the threshold")
-    labels = {"protocol": "grpc", "reason": "malformed"}
+    labels = {"protocol": "grpc", "reason": "invalid_id"}
 
     def traffic(rejected: int):
         return [counter(pipeline.SPANS_RECEIVED, {"protocol": "grpc"}, [(per_minute, 20)]),
@@ -75,8 +75,38 @@ def spans_rejected(limits: Limits) -> Alert:
         signal=SIGNAL,
         summary="The OTLP receiver refuses a share of the spans it gets.",
         description=(f"The {lab('protocol')} receiver refuses {PCT} of spans as {lab('reason')} (threshold "
-                     f"{pct(t)}). queue_full means overload (scale the receiver or ClickHouse); malformed or "
-                     "invalid_id means a broken client."),
+                     f"{pct(t)}). queue_full means overload (scale the receiver or ClickHouse); invalid_id "
+                     "means a broken client."),
+        cases=[
+            Case("refusing over the share", traffic(high), 15, [Expected(labels, high / per_minute)]),
+            Case("refusing just under the share", traffic(near), 15),
+        ],
+    )
+
+
+def export_requests_refused(limits: Limits) -> Alert:
+    """Whole export requests refused before any span is counted (malformed, too large, unauthorized...)."""
+    t = limits.spans_rejected_ratio
+    per_minute = 1_000
+    high, near = math.floor(t * per_minute) + 20, round(0.9 * t * per_minute)
+    require(high / per_minute > t > near / per_minute, "refused shares must straddle the threshold")
+    labels = {"protocol": "http", "outcome": "malformed"}
+
+    def traffic(refused: int):
+        return [counter(pipeline.REQUESTS, {"protocol": "http", "outcome": "ok"}, [(per_minute - refused, 20)]),
+                counter(pipeline.REQUESTS, labels, [(refused, 20)])]
+
+    return Alert(
+        name="InfersightExportRequestsRefused",
+        expr=(f"sum by (protocol, outcome) ({pipeline.REQUESTS.rate(outcome='!=ok')})\n"
+              f"/ on (protocol) group_left sum by (protocol) ({pipeline.REQUESTS.rate()}) > {num(t)}"),
+        for_="5m",
+        severity=Severity.WARNING,
+        signal=SIGNAL,
+        summary="The OTLP receiver refuses a share of whole export requests.",
+        description=(f"The {lab('protocol')} receiver answers {PCT} of export requests with {lab('outcome')} "
+                     f"(threshold {pct(t)}). malformed, unsupported, too_large or unauthorized means a broken or "
+                     "misconfigured client; queue_full or unavailable means overload."),
         cases=[
             Case("refusing over the share", traffic(high), 15, [Expected(labels, high / per_minute)]),
             Case("refusing just under the share", traffic(near), 15),
@@ -126,5 +156,6 @@ def engine_target_down(limits: Limits) -> Alert:
 
 
 def alerts(limits: Limits) -> list[Alert]:
-    return [spool_growing(limits), spans_dropped(limits), spans_rejected(limits), exporter_down(limits),
+    return [spool_growing(limits), spans_dropped(limits), spans_rejected(limits), export_requests_refused(limits),
+            exporter_down(limits),
             engine_target_down(limits)]

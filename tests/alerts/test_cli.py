@@ -14,7 +14,7 @@ def test_build_writes_rules_alertmanager_and_tests(tmp_path, capsys):
     out = tmp_path / "alerts"
     assert main(["alerts", "build", "--out", str(out)]) == 0
     stdout = capsys.readouterr().out
-    assert "27 alerts" in stdout and "alertmanager.yml" in stdout
+    assert "28 alerts" in stdout and "alertmanager.yml" in stdout
     rules = sorted(p.name for p in (out / "rules").glob("*.yml"))
     assert rules == ["circuit_breaker.yml", "gpu.yml", "overload.yml", "pipeline.yml", "recording.yml",
                      "saturation.yml", "scale_out.yml", "slo.yml"]
@@ -67,7 +67,7 @@ def test_unwritable_output_is_a_clear_error(tmp_path, capsys):
 def test_list_as_json_and_csv(capsys):
     assert main(["alerts", "list", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 27
+    assert len(rows) == 28
     storm = next(r for r in rows if r["alert"] == "LLMRetryStorm")
     assert storm["severity"] == "critical" and storm["signal"] == "circuit_breaker"
     assert storm["runbook"].endswith("/alerts/runbooks/LLMRetryStorm.md")
