@@ -20,8 +20,10 @@ from urllib.parse import urlsplit
 from infersight.pipelines.receiver import ingest_sql
 from infersight.pipelines.schema import ddl
 
-DEDUP_WINDOW = 10_000  # inserts remembered per table; covers hours of retries and replays
-DEDUP_TABLES = (ddl.TRACES, ddl.TRACE_ID_TS, ddl.TOKENS, ddl.REQUESTS_1M)
+# Migration 4 sets the window; the sink checks again because tables created by the OTel Collector
+# (create_schema: true) or by an older infersight lack it.
+DEDUP_WINDOW = ddl.DEDUP_WINDOW
+DEDUP_TABLES = ddl.DEDUP_TABLES
 
 # ClickHouse error codes that mean "this data can never be inserted": parse and type errors, a
 # view that cannot take a row (349), a CHECK constraint (469). Everything else (connection refused,

@@ -121,6 +121,20 @@ class SchemaOptions:
                 f"{literal(name + '_local')}, {sharding_key})"]
 
 
+# Inserts a plain MergeTree remembers for insert_deduplication_token: a retried or replayed batch is
+# stored once. Replicated tables deduplicate by default; plain ones only with this window set.
+DEDUP_WINDOW = 10_000
+DEDUP_TABLES = (TRACES, TRACE_ID_TS, TOKENS, REQUESTS_1M)
+
+
+def deduplication_window(opts: SchemaOptions) -> list[str]:
+    """Turn on insert deduplication for every table an OTLP batch writes (directly or through views)."""
+    if opts.cluster:
+        return []  # Replicated engines deduplicate already
+    return [f"ALTER TABLE {opts.table(name)} MODIFY SETTING non_replicated_deduplication_window = {DEDUP_WINDOW}"
+            for name in DEDUP_TABLES]
+
+
 def create_database(opts: SchemaOptions) -> str:
     return f"CREATE DATABASE IF NOT EXISTS {identifier(opts.database)}{opts.on_cluster}"
 

@@ -1,10 +1,10 @@
 """Versioned, idempotent schema migrations.
 
 Each migration is a version, a name and the statements that build it. Every statement is
-``IF NOT EXISTS``, so a migration interrupted half-way simply runs again; the applied versions are
-recorded in ``infersight_schema_migrations`` so later runs skip them. Retention (TTL) comes from
-the config and is reconciled on every run: changing ``clickhouse.retention`` and running
-``infersight db migrate`` again alters the TTL of existing tables.
+``IF NOT EXISTS`` or an ``ALTER ... MODIFY SETTING``, so a migration interrupted half-way simply
+runs again; the applied versions are recorded in ``infersight_schema_migrations`` so later runs
+skip them. Retention (TTL) comes from the config and is reconciled on every run: changing
+``clickhouse.retention`` and running ``infersight db migrate`` again alters the TTL of existing tables.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ MIGRATIONS = (
               lambda o: ddl.traces_table(o) + ddl.trace_id_ts(o)),
     Migration(2, "llm_token_events exploded from llm.token.offsets_us", ddl.token_events),
     Migration(3, "llm_requests_1m per-minute rollup", ddl.requests_rollup),
+    Migration(4, "insert deduplication window, so retried batches are stored once", ddl.deduplication_window),
 )
 
 # Table -> (TTL expression, retention field) for reconciling retention with the config.
