@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Series, Severity, SignalClass
@@ -55,63 +56,58 @@ def spans_dropped(limits: Limits) -> Alert:
     )
 
 
-def spans_rejected(limits: Limits) -> Alert:
+def _refused_share(limits: Limits, *, name: str, refused, total, by: str, labels: dict[str, str],
+                   traffic: Callable[[int, int], list[Series]], summary: str, description: str) -> Alert:
+    """Share of what a receiver gets that it refuses, per protocol and reason, over the threshold.
+
+    ``refused`` and ``total`` are PromQL rates; ``traffic(refused, per_minute)`` builds the test input.
+    """
     t = limits.spans_rejected_ratio
     per_minute = 10_000
     high, near = math.floor(t * per_minute) + 20, round(0.9 * t * per_minute)
-    require(high / per_minute > t > near / per_minute, "rejected shares must straddle the threshold")
-    labels = {"protocol": "grpc", "reason": "invalid_id"}
-
-    def traffic(rejected: int):
-        return [counter(pipeline.SPANS_RECEIVED, {"protocol": "grpc"}, [(per_minute, 20)]),
-                counter(pipeline.SPANS_REJECTED, labels, [(rejected, 20)])]
-
+    require(high / per_minute > t > near / per_minute, "refused shares must straddle the threshold")
     return Alert(
-        name="InfersightSpansRejected",
-        expr=(f"sum by (protocol, reason) ({pipeline.SPANS_REJECTED.rate()})\n"
-              f"/ on (protocol) group_left sum by (protocol) ({pipeline.SPANS_RECEIVED.rate()}) > {num(t)}"),
+        name=name,
+        expr=(f"sum by (protocol, {by}) ({refused})\n"
+              f"/ on (protocol) group_left sum by (protocol) ({total}) > {num(t)}"),
         for_="5m",
         severity=Severity.WARNING,
         signal=SIGNAL,
-        summary="The OTLP receiver refuses a share of the spans it gets.",
-        description=(f"The {lab('protocol')} receiver refuses {PCT} of spans as {lab('reason')} (threshold "
-                     f"{pct(t)}). queue_full means overload (scale the receiver or ClickHouse); invalid_id "
-                     "means a broken client."),
+        summary=summary,
+        description=description.replace("{threshold}", pct(t)),
         cases=[
-            Case("refusing over the share", traffic(high), 15, [Expected(labels, high / per_minute)]),
-            Case("refusing just under the share", traffic(near), 15),
+            Case("refusing over the share", traffic(high, per_minute), 15, [Expected(labels, high / per_minute)]),
+            Case("refusing just under the share", traffic(near, per_minute), 15),
         ],
     )
+
+
+def spans_rejected(limits: Limits) -> Alert:
+    labels = {"protocol": "grpc", "reason": "invalid_id"}
+    return _refused_share(
+        limits, name="InfersightSpansRejected", by="reason", labels=labels,
+        refused=pipeline.SPANS_REJECTED.rate(), total=pipeline.SPANS_RECEIVED.rate(),
+        traffic=lambda refused, total: [counter(pipeline.SPANS_RECEIVED, {"protocol": "grpc"}, [(total, 20)]),
+                                        counter(pipeline.SPANS_REJECTED, labels, [(refused, 20)])],
+        summary="The OTLP receiver refuses a share of the spans it gets.",
+        description=(f"The {lab('protocol')} receiver refuses {PCT} of spans as {lab('reason')} (threshold "
+                     "{threshold}). queue_full means overload (scale the receiver or ClickHouse); invalid_id "
+                     "means a broken client."))
 
 
 def export_requests_refused(limits: Limits) -> Alert:
     """Whole export requests refused before any span is counted (malformed, too large, unauthorized...)."""
-    t = limits.spans_rejected_ratio
-    per_minute = 1_000
-    high, near = math.floor(t * per_minute) + 20, round(0.9 * t * per_minute)
-    require(high / per_minute > t > near / per_minute, "refused shares must straddle the threshold")
     labels = {"protocol": "http", "outcome": "malformed"}
-
-    def traffic(refused: int):
-        return [counter(pipeline.REQUESTS, {"protocol": "http", "outcome": "ok"}, [(per_minute - refused, 20)]),
-                counter(pipeline.REQUESTS, labels, [(refused, 20)])]
-
-    return Alert(
-        name="InfersightExportRequestsRefused",
-        expr=(f"sum by (protocol, outcome) ({pipeline.REQUESTS.rate(outcome='!=ok')})\n"
-              f"/ on (protocol) group_left sum by (protocol) ({pipeline.REQUESTS.rate()}) > {num(t)}"),
-        for_="5m",
-        severity=Severity.WARNING,
-        signal=SIGNAL,
+    ok = {"protocol": "http", "outcome": "ok"}
+    return _refused_share(
+        limits, name="InfersightExportRequestsRefused", by="outcome", labels=labels,
+        refused=pipeline.REQUESTS.rate(outcome="!=ok"), total=pipeline.REQUESTS.rate(),
+        traffic=lambda refused, total: [counter(pipeline.REQUESTS, ok, [(total - refused, 20)]),
+                                        counter(pipeline.REQUESTS, labels, [(refused, 20)])],
         summary="The OTLP receiver refuses a share of whole export requests.",
         description=(f"The {lab('protocol')} receiver answers {PCT} of export requests with {lab('outcome')} "
-                     f"(threshold {pct(t)}). malformed, unsupported, too_large or unauthorized means a broken or "
-                     "misconfigured client; queue_full or unavailable means overload."),
-        cases=[
-            Case("refusing over the share", traffic(high), 15, [Expected(labels, high / per_minute)]),
-            Case("refusing just under the share", traffic(near), 15),
-        ],
-    )
+                     "(threshold {threshold}). malformed, unsupported, too_large or unauthorized means a broken or "
+                     "misconfigured client; queue_full or unavailable means overload."))
 
 
 def exporter_down(limits: Limits) -> Alert:
