@@ -21,18 +21,15 @@ from infersight.signals.catalog import Kind, Signal
 
 from .engines import ENGINES
 from .rules import EngineSpec, Rule
+from .scrape import ScrapeError
 
 _LINE_OWNER: dict[str, EngineSpec] = {name: spec for spec in ENGINES.values() for name in spec.line_names}
 _SAMPLE_NAME = re.compile(r"[^{\s]+")
 _HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
 
-class NormalizeError(Exception):
-    """The exposition cannot be used; ``reason`` is the scrape-error label value."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
+class NormalizeError(ScrapeError):
+    """The exposition cannot be used; ``reason`` is the scrape-error label value (malformed, ...)."""
 
 
 @dataclass(frozen=True)
