@@ -95,8 +95,9 @@ def per_cycle(n: int, cycles: int) -> None:
                 cycle = collector.run_cycle()
                 assert all(r.up for r in cycle.results), [r.row() for r in cycle.results if not r.up][:3]
                 cycle_times.append(cycle.seconds)
+                # A Prometheus scrape of us: collect() runs a fresh cycle, then the text is rendered.
                 start = time.perf_counter()
-                exposition = generate_latest(registry)  # what a Prometheus scrape of us costs, end to end
+                exposition = generate_latest(registry)
                 scrape_times.append(time.perf_counter() - start)
             series = exposition.count(b"\n") - exposition.count(b"\n#")
         finally:
@@ -116,10 +117,11 @@ def per_cycle(n: int, cycles: int) -> None:
     target_s = TARGET_SECONDS_PER_100 * n / 100
     print(f"\ncollection cycle over {n} local vLLM targets, median of {cycles}:")
     print(f"  ours      {cycle_s:8.3f} s/cycle    ({cycle_s / n * 1000:.2f} ms/target, concurrent)")
-    print(f"  + serve   {scrape_s:8.3f} s          (generate_latest of the cycle: {series} series)")
+    print(f"  scrape    {scrape_s:8.3f} s          (a whole scrape of us: a fresh cycle + rendering {series} series;"
+          f" rendering {max(0.0, scrape_s - cycle_s):.3f} s)")
     print(f"  baseline  {baseline:8.3f} s/cycle    (sequential urllib fetch + full parse, no mapping)")
-    print(f"  ratio     {cycle_s / baseline:8.2f} x baseline;  {(cycle_s + scrape_s) / target_s:.2f} x the "
-          f"{target_s:g} s target incl. serving ({'met' if cycle_s + scrape_s < target_s else 'MISSED'})")
+    print(f"  ratio     {cycle_s / baseline:8.2f} x baseline;  {scrape_s / target_s:.2f} x the "
+          f"{target_s:g} s target for a whole scrape ({'met' if scrape_s < target_s else 'MISSED'})")
 
 
 def main() -> None:
