@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -143,8 +144,17 @@ class TracingHandle:
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return self.provider.force_flush(timeout_millis)
 
-    def shutdown(self) -> None:
-        self.provider.shutdown()
+    def shutdown(self, timeout_s: float = 3.0) -> bool:
+        """Export the spans still queued and stop, waiting at most ``timeout_s``.
+
+        Without the bound, an unreachable collector holds the process for the exporter's whole retry
+        schedule (~7-10 s) on every Ctrl-C. Returns False when it gave up waiting (those spans are lost:
+        the collector was not taking them anyway).
+        """
+        stopper = threading.Thread(target=self.provider.shutdown, name="infersight-tracing-shutdown", daemon=True)
+        stopper.start()
+        stopper.join(timeout_s)
+        return not stopper.is_alive()
 
     def dropped_spans(self) -> float:
         """Spans lost so far (queue full plus failed exports)."""

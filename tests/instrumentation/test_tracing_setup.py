@@ -227,3 +227,21 @@ def test_setup_from_config_section():
         parse_config({"tracing": {"otlp_endpoint": "localhost:4317"}})
     with pytest.raises(ConfigError, match="tracing.otlp_protocol"):
         parse_config({"tracing": {"otlp_protocol": "udp"}})
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_shutdown_gives_up_on_an_unreachable_collector(protocol):
+    """Ctrl-C must not wait out the exporter's whole retry schedule when nobody listens."""
+    handle = setup_tracing("unreachable", protocol=protocol, endpoint="http://127.0.0.1:9")  # discard port
+    with handle.provider.get_tracer("test").start_as_current_span("request"):
+        pass
+    assert handle.shutdown(timeout_s=0.5) is False
+
+
+def test_shutdown_exports_what_is_queued():
+    exporter = InMemorySpanExporter()
+    handle = setup_tracing("svc", exporter=exporter, schedule_delay_ms=60_000)  # nothing leaves on its own
+    with handle.provider.get_tracer("test").start_as_current_span("request"):
+        pass
+    assert handle.shutdown() is True
+    assert [s.name for s in exporter.get_finished_spans()] == ["request"]
