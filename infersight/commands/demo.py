@@ -17,10 +17,14 @@ import sys
 import time
 from pathlib import Path
 
+from infersight import attributes
 from infersight.commands.output import render
 from infersight.config import Config
 
 STEPS = 6
+# The staged stall lasts ~580 ms; ordinary token gaps are ~4 ms. 200 ms stays clear of both, even on a
+# loaded machine where a thread wakes late.
+STALL_MS = 200
 
 
 def register(subparsers) -> None:
@@ -93,7 +97,9 @@ def run_demo(args, config: Config) -> int:
 
         _step(4, f"{args.requests} requests through the request tracer, exported over OTLP/HTTP", quiet)
         tracing = setup_tracing("demo-gateway", protocol="http/protobuf", endpoint=f"{receiver.http_url}/v1/traces")
-        tracer = RequestTracer(tracer_provider=tracing.provider, sampler=TailSampler(random_share=0.05),
+        # A short run: judge "slow" after 20 requests (not the default 100); seeded for repeatable runs.
+        sampler = TailSampler(random_share=0.05, min_samples=20, seed=7)
+        tracer = RequestTracer(tracer_provider=tracing.provider, sampler=sampler,
                                provider_name="vllm")
         started = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(seconds=1)
         run_traffic(tracer, requests=args.requests, on_progress=None if quiet else _progress(args.requests))
@@ -107,15 +113,19 @@ def run_demo(args, config: Config) -> int:
         _step(6, "post-incident questions, answered from ClickHouse", quiet)
         window = Window(started, ended)
         slowest = library.slowest(client, "default", started, ended, by="gap", limit=5)
-        stalls = library.window_stalls(client, "default", started, ended, min_gap_ms=50)
+        stalls = library.window_stalls(client, "default", started, ended, min_gap_ms=STALL_MS)
         pools = library.compare_pools(client, "default", started, ended)
         time.sleep(0.6)  # one more GPU sample under load
         gpu_rows = gpus.rows()
-        report = write_report(client, "default", window, out / "report", min_gap_ms=50, prometheus_url=None)
+        report = write_report(client, "default", window, out / "report", min_gap_ms=STALL_MS, prometheus_url=None)
         stored = client.query("SELECT count() FROM otel_traces").result_rows[0][0]
         tokens = client.query("SELECT count() FROM llm_token_events").result_rows[0][0]
+        reasons = dict(client.query("SELECT SpanAttributes[{key:String}] AS reason, count() FROM otel_traces "
+                                    "WHERE IsRequest GROUP BY reason ORDER BY reason",
+                                    parameters={"key": attributes.SAMPLING_REASON}).result_rows)
         summary = {
             "spans_stored": stored, "token_rows": tokens, "stalled_instance_expected": STALLED_INSTANCE,
+            "timelines_by_sampling_reason": reasons,
             "slowest_by_gap": slowest, "stalls": stalls, "pools": pools, "gpus": gpu_rows,
             "gpu_metrics": f"http://127.0.0.1:{gpu_port}/metrics (while the demo runs)",
             "report": [str(p) for p in report],
@@ -123,11 +133,13 @@ def run_demo(args, config: Config) -> int:
         if quiet:
             print(json.dumps(summary, indent=2, default=str))
             return 0
-        print(f"\n{stored} spans in otel_traces, {tokens} token rows in llm_token_events\n")
+        print(f"\n{stored} spans in otel_traces, {tokens} token rows in llm_token_events")
+        kept = ", ".join(f"{reason}: {count}" for reason, count in reasons.items())
+        print(f"tail sampling ({attributes.SAMPLING_REASON}): {kept}\n")
         print("Requests with the longest token stall (infersight traces slowest --by gap):")
         print(render(slowest, "table", ["trace_id", "instance", "pool", "ttft_ms", "e2e_ms", "max_gap_ms",
                                         "input_tokens"]))
-        print("\nStalls over 50 ms by instance and minute (infersight traces stalls):")
+        print(f"\nStalls over {STALL_MS} ms by instance and minute (infersight traces stalls):")
         print(render(stalls, "table", ["instance", "minute", "requests", "max_gap_ms", "mean_gap_ms"]))
         print("\nCanary vs stable (infersight traces compare):")
         print(render(pools, "table"))
