@@ -1,7 +1,52 @@
-"""``infersight dashboards``."""
+"""``infersight dashboards``: build the Grafana dashboards and their provisioning files."""
 
-from infersight.commands.unbuilt import unbuilt
+from __future__ import annotations
+
+import sys
+import urllib.parse
+
+from infersight.commands.output import add_format_flag
 
 
 def register(subparsers) -> None:
-    subparsers.add_parser("dashboards", help="build the Grafana dashboards").set_defaults(func=unbuilt("dashboards"))
+    dashboards = subparsers.add_parser(
+        "dashboards", help="build the Grafana dashboards",
+        description="Grafana dashboards generated from the signal catalog and the alerts' recording rules, with "
+                    "thresholds from the config.")
+    sub = dashboards.add_subparsers(dest="dashboards_command", metavar="ACTION", title="actions")
+    sub.required = True
+    build = sub.add_parser(
+        "build", help="write the dashboards' JSON and Grafana provisioning files",
+        description="Write one JSON file per dashboard (DIR/dashboards/) and Grafana provisioning files "
+                    "(DIR/provisioning/: a dashboard provider and the Prometheus and ClickHouse datasources, from "
+                    "prometheus.url and clickhouse.dsn). Point Grafana's paths.provisioning at DIR/provisioning; "
+                    "the ClickHouse datasource needs the grafana-clickhouse-datasource plugin.")
+    build.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
+    build.add_argument("--dashboards-path", metavar="PATH",
+                       help="where Grafana reads the JSON files, if not DIR/dashboards on this machine")
+    add_format_flag(build)
+    build.set_defaults(func=run_build)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"infersight dashboards: {message}", file=sys.stderr)
+    return code
+
+
+def run_build(args, config) -> int:
+    from infersight.alerts.limits import AlertsConfigError
+    from infersight.commands.output import render
+    from infersight.dashboards.build import build
+    from infersight.dashboards.datasources import PASSWORD_ENV, ProvisioningError
+
+    try:
+        written = build(config, args.out, args.dashboards_path)
+    except (AlertsConfigError, ProvisioningError) as exc:
+        return _fail(str(exc), 2)
+    except OSError as exc:
+        return _fail(f"cannot write to {args.out}: {exc.strerror or exc}", 1)
+    rows = [{"path": str(w.path), "kind": w.kind, "title": w.title, "panels": w.panels} for w in written]
+    print(render(rows, args.format, ["path", "kind", "title", "panels"]))
+    if urllib.parse.urlsplit(config.clickhouse.dsn).password:
+        print(f"note: the ClickHouse password is not written; Grafana reads it from ${PASSWORD_ENV}", file=sys.stderr)
+    return 0

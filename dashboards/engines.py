@@ -1,0 +1,78 @@
+"""Engines: what every vLLM/SGLang/... target is doing, from the engine collector's normalized series."""
+
+from __future__ import annotations
+
+from grafanalib import core
+
+from infersight.alerts import recording as rec
+from infersight.alerts.limits import Limits
+from infersight.config import Config
+from infersight.dashboards.panels import Line, Q, dashboard, layout, timeseries, variable
+from infersight.signals import engine
+
+UID = "infersight-engines"
+F = {"model": "=~$model"}
+TOKENS_PER_S = "suffix: tok/s"
+
+
+def _load(limits: Limits) -> list[core.Panel]:
+    running = f"sum by (target) ({engine.REQUESTS_RUNNING.select(**F)})"
+    waiting = f"sum by (target) ({engine.REQUESTS_WAITING.select(**F)})"
+    up = engine.UP.select()
+    return [
+        timeseries("Running requests per target", "short", [Q(running, "{{target}}")]),
+        timeseries("Waiting requests per target (instance queue)", "short", [Q(waiting, "{{target}}")],
+                   line=Line(limits.instance_queue_limit),
+                   description="The line is twice what one instance drains at the target token rate "
+                               "(capacity model): beyond it the instance is overloaded."),
+        timeseries("Targets up", "short", [Q(up, "{{target}} ({{engine}})")], max_value=1,
+                   description="0: the collector cannot scrape the target; its other series are absent."),
+    ]
+
+
+def _cache(limits: Limits) -> list[core.Panel]:
+    usage = f"max by (target) ({engine.KV_CACHE_USAGE.select(**F)})"
+    hit_ratio = (f"sum by (target) ({engine.PREFIX_CACHE_HITS.rate(**F)}) "
+                 f"/ sum by (target) ({engine.PREFIX_CACHE_QUERIES.rate(**F)})")
+    preemptions = f"sum by (target) ({engine.PREEMPTIONS.rate(**F)})"
+    return [
+        timeseries("KV cache usage", "percentunit", [Q(usage, "{{target}}")], line=Line(limits.kv_usage_near_full),
+                   max_value=1),
+        timeseries("Prefix-cache hit ratio (token-weighted)", "percentunit",
+                   [Q(hit_ratio, "{{target}}"), Q(f'{rec.PREFIX_HIT_RATIO}{{model=~"$model"}}', "model {{model}}")],
+                   line=Line(limits.cold_cache_hit_ratio, below=True), max_value=1,
+                   description="rate(hits) / rate(queries); under the line an instance is cache-cold."),
+        timeseries("Preemptions", "reqps", [Q(preemptions, "{{target}}")],
+                   description="Requests the engine preempted for lack of KV cache."),
+    ]
+
+
+def _tokens() -> list[core.Panel]:
+    prompt = f"sum by (target) ({engine.PROMPT_TOKENS.rate(**F)})"
+    generated = f"sum by (target) ({engine.GENERATION_TOKENS.rate(**F)})"
+    return [
+        timeseries("Prompt tokens (prefill)", TOKENS_PER_S, [Q(prompt, "{{target}}")], width=12),
+        timeseries("Generated tokens (decode)", TOKENS_PER_S, [Q(generated, "{{target}}")], width=12),
+    ]
+
+
+def _latency(config: Config, limits: Limits) -> list[core.Panel]:
+    ttft = [Q(engine.TTFT.quantile(q, ("model",), **F), f"p{round(q * 100)} {{{{model}}}}") for q in rec.QUANTILES]
+    itl = [Q(engine.INTER_TOKEN.quantile(q, ("model",), **F), f"p{round(q * 100)} {{{{model}}}}")
+           for q in rec.QUANTILES]
+    queue = engine.QUEUE_TIME.quantile(0.95, ("target",), **F)
+    return [
+        timeseries("Engine TTFT p50 / p95 / p99", "s", ttft, line=Line(limits.ttft_slo_seconds),
+                   description="As the engine measures it (without the gateway's queue)."),
+        timeseries("Engine inter-token latency p50 / p95 / p99", "s", itl, line=Line(config.slo.tpot_p95_seconds)),
+        timeseries("Engine queue time p95", "s", [Q(queue, "{{target}}")]),
+    ]
+
+
+def build(config: Config, limits: Limits) -> core.Dashboard:
+    rows = [("Load and queues", _load(limits)), ("KV cache", _cache(limits)), ("Token throughput", _tokens()),
+            ("Engine-side latency histograms", _latency(config, limits))]
+    return dashboard(UID, "infersight / Engines",
+                     "Per engine target: running and waiting requests, KV cache, prefix-cache hits, preemptions, "
+                     "token rates and the engines' own latency histograms.", layout(rows),
+                     [variable("model", "model", engine.REQUESTS_RUNNING.name, "model")])

@@ -1,0 +1,94 @@
+"""Pipeline health: the OTLP receiver and ClickHouse writer (``infersight_pipeline_*``) and every exporter's
+own health (scrape status, GPU and engine collectors, the tracing SDK's drops)."""
+
+from __future__ import annotations
+
+from grafanalib import core
+
+from infersight.alerts.limits import Limits
+from infersight.alerts.rules.pipeline import SCRAPE_UP
+from infersight.config import Config
+from infersight.dashboards.panels import Line, Q, dashboard, layout, timeseries
+from infersight.signals import engine, gpu, pipeline, request
+
+UID = "infersight-pipeline"
+SPANS_PER_S = "suffix: spans/s"
+
+
+def _receiver(limits: Limits) -> list[core.Panel]:
+    received = f"sum by (protocol) ({pipeline.SPANS_RECEIVED.rate()})"
+    accepted = f"sum by (protocol) ({pipeline.SPANS_ACCEPTED.rate()})"
+    rejected = f"sum by (protocol, reason) ({pipeline.SPANS_REJECTED.rate()})"
+    rejected_share = (f"sum by (protocol) ({pipeline.SPANS_REJECTED.rate()}) "
+                      f"/ sum by (protocol) ({pipeline.SPANS_RECEIVED.rate()})")
+    requests = f"sum by (protocol, outcome) ({pipeline.REQUESTS.rate()})"
+    return [
+        timeseries("Spans received and accepted", SPANS_PER_S,
+                   [Q(received, "received {{protocol}}"), Q(accepted, "accepted {{protocol}}")]),
+        timeseries("Spans refused", SPANS_PER_S, [Q(rejected, "{{protocol}} {{reason}}")]),
+        timeseries("Refused share of spans", "percentunit", [Q(rejected_share, "{{protocol}}")],
+                   line=Line(limits.spans_rejected_ratio)),
+        timeseries("Export requests by outcome", "reqps", [Q(requests, "{{protocol}} {{outcome}}")], stack=True,
+                   width=12),
+        timeseries("Attributes truncated", "ops", [Q(f"sum({pipeline.ATTRIBUTES_TRUNCATED.rate()})", "truncated")],
+                   width=12),
+    ]
+
+
+def _writer() -> list[core.Panel]:
+    queue = f"sum({pipeline.QUEUE_DEPTH.select()})"
+    insert = [Q(pipeline.INSERT_DURATION.quantile(q, ("table",)), f"p{round(q * 100)} {{{{table}}}}")
+              for q in (0.5, 0.99)]
+    rows = pipeline.BATCH_ROWS.quantile(0.5, ("table",))
+    errors = f"sum by (kind) ({pipeline.INSERT_ERRORS.rate()})"
+    retries = f"sum({pipeline.INSERT_RETRIES.rate()})"
+    return [
+        timeseries("Spans queued in memory", "short", [Q(queue, "queued")]),
+        timeseries("Insert latency", "s", insert),
+        timeseries("Rows per insert (median)", "short", [Q(rows, "{{table}}")]),
+        timeseries("Insert errors and retries", "ops", [Q(errors, "errors {{kind}}"), Q(retries, "retries")],
+                   width=12),
+    ]
+
+
+def _spool() -> list[core.Panel]:
+    spooled = f"sum({pipeline.SPOOLED_BATCHES.rate()})"
+    replayed = f"sum({pipeline.REPLAYED_BATCHES.rate()})"
+    discarded = f"sum by (reason) ({pipeline.SPOOL_DISCARDED.rate()})"
+    return [
+        timeseries("Spool size", "bytes", [Q(f"sum({pipeline.SPOOL_BYTES.select()})", "bytes")],
+                   description="Bytes on disk waiting for ClickHouse; growing means ClickHouse refuses writes."),
+        timeseries("Spool batches", "short", [Q(f"sum({pipeline.SPOOL_BATCHES.select()})", "batches")]),
+        timeseries("Batches spooled, replayed, discarded", "ops",
+                   [Q(spooled, "spooled"), Q(replayed, "replayed"), Q(discarded, "discarded {{reason}}")]),
+    ]
+
+
+def _exporters(limits: Limits) -> list[core.Panel]:
+    scrape_up = f'{SCRAPE_UP}{{job=~"{limits.exporter_jobs}"}}'
+    sample_age = f"max by (node) ({gpu.COLLECTOR_SAMPLE_AGE.select()})"
+    gpu_errors = f"sum by (node, call) ({gpu.COLLECTOR_ERRORS.rate()})"
+    engine_errors = f"sum by (target, reason) ({engine.SCRAPE_ERRORS.rate()})"
+    cycle = f"max({engine.COLLECTION_DURATION.select()})"
+    dropped = f"sum by (service, reason) ({request.SPANS_DROPPED.rate()})"
+    items = f"sum by (service, item) ({request.SPAN_ITEMS_DROPPED.rate()})"
+    timelines = f"sum by (reason) ({request.TIMELINES_KEPT.rate()})"
+    return [
+        timeseries("Exporters scraped by Prometheus", "short", [Q(scrape_up, "{{job}} {{instance}}")], max_value=1,
+                   description=f"Prometheus's up for the jobs matching thresholds.exporter_jobs "
+                               f"({limits.exporter_jobs})."),
+        timeseries("GPU collector: sample age", "s", [Q(sample_age, "{{node}}")]),
+        timeseries("GPU collector: failed device calls", "ops", [Q(gpu_errors, "{{node}} {{call}}")]),
+        timeseries("Engine collector: scrape errors", "ops", [Q(engine_errors, "{{target}} {{reason}}")]),
+        timeseries("Engine collector: collection cycle", "s", [Q(cycle, "cycle")]),
+        timeseries("Tracing SDK: spans dropped before export", SPANS_PER_S, [Q(dropped, "{{service}} {{reason}}")]),
+        timeseries("Tracing SDK: span items evicted", "ops", [Q(items, "{{service}} {{item}}")], width=12),
+        timeseries("Token timelines by sampling decision", "ops", [Q(timelines, "{{reason}}")], width=12),
+    ]
+
+
+def build(config: Config, limits: Limits) -> core.Dashboard:
+    rows = [("OTLP receiver", _receiver(limits)), ("ClickHouse writer", _writer()), ("Spool", _spool()),
+            ("Exporter health", _exporters(limits))]
+    return dashboard(UID, "infersight / Pipeline health",
+                     "The trace pipeline's own metrics and the health of every infersight exporter.", layout(rows))
