@@ -1,0 +1,1 @@
+"""Tests of the Grafana dashboards: structure, every PromQL and SQL query against real engines."""

@@ -1,0 +1,164 @@
+"""Our real exporters, in-process, with a little traffic: what the live dashboard test scrapes.
+
+- the GPU exporter on the simulated backend (two H100s, one fallen off the bus, ECC errors on the other);
+- the engine collector over the vLLM fixture (its generated-token counter made to grow), the SGLang
+  fixture, and a target that refuses connections;
+- request and gateway metrics from RequestTracer and GatewayHealth, driven by a background thread;
+- the receiver's PipelineMetrics and the tracing SDK's drop counters, as the receiver and
+  setup_tracing register them.
+No engine or GPU can run here: the engines are the fixtures' captured /metrics text, served by the
+tests' EngineServer stand-in.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from infersight.collectors.engine.collector import EngineCollector
+from infersight.collectors.engine.targets import Target
+from infersight.collectors.exporter import serve
+from infersight.collectors.gpu.app import GPUExporter
+from infersight.collectors.gpu.sim import SimBackend
+from infersight.instrumentation import GatewayHealth, RequestTracer
+from infersight.instrumentation.tracing_setup import DropCountingSpanProcessor
+from infersight.pipelines.receiver.metrics import PipelineMetrics
+from tests.collectors.engine_server import EngineServer
+from tests.conftest import FIXTURES
+
+NODE = "sim"
+MODEL = "m1"
+POOLS = ("stable", "canary")
+GENERATED = re.compile(r"^(vllm:generation_tokens_total\{[^}]*\}) [0-9.e+]+$", re.M)
+
+
+class GrowingVLLM:
+    """The vLLM fixture, its generated-token counter rising 100 tokens/s (energy per token needs it)."""
+
+    def __init__(self) -> None:
+        self.text = (FIXTURES / "metrics" / "vllm_metrics_sample.txt").read_text()
+        self.start = time.monotonic()
+
+    def __call__(self) -> bytes:
+        tokens = 1000 + 100 * (time.monotonic() - self.start)
+        return GENERATED.sub(lambda m: f"{m.group(1)} {tokens}", self.text).encode()
+
+
+class LiveFleet:
+    def __init__(self) -> None:
+        self.servers = []
+        self.stopping = threading.Event()
+        self.gpus = self._gpus()
+        self.engines = EngineServer()
+        self.engine_port = self._engine_collector()
+        self.registry = CollectorRegistry()
+        self.health = GatewayHealth(self.registry)
+        self.tracer = self._tracer()
+        self._pipeline()
+        server, _ = serve(self.registry, "127.0.0.1:0")
+        self.servers.append(server)
+        self.app_port = server.server_port
+        for pool in POOLS:
+            self.health.instance_started(f"i-{pool}", model=MODEL, pool=pool)
+            self.health.set_state(f"i-{pool}", "healthy", model=MODEL, pool=pool)
+        self.health.set_state("i-canary", "ejected", model=MODEL, pool="canary")  # the first ejection
+        self.traffic = threading.Thread(target=self._traffic, daemon=True)
+        self.traffic.start()
+
+    @property
+    def targets(self) -> list[str]:
+        return [f"127.0.0.1:{port}" for port in (self.gpu_port, self.engine_port, self.app_port)]
+
+    def _gpus(self) -> GPUExporter:
+        backend = SimBackend(count=2, node=NODE)
+        backend.set_all_loads(compute=0.4, bandwidth=0.8)
+        backend.gpu(0).inject_ecc(corrected=2, uncorrected=1)
+        exporter = GPUExporter(backend, node=NODE, interval_seconds=0.5)
+        self.gpu_port = exporter.start("127.0.0.1:0")
+        backend.gpu(1).fall_off_bus()
+        return exporter
+
+    def _engine_collector(self) -> int:
+        sglang = (FIXTURES / "metrics" / "sglang_metrics_sample.txt").read_text()
+        targets = [Target(url=self.engines.add("/vllm", GrowingVLLM()), engine="vllm", pool="stable", node=NODE,
+                          gpu="0"),
+                   Target(url=self.engines.add("/sglang", sglang), engine="sglang", pool="canary", node=NODE,
+                          gpu="1"),
+                   Target(url="http://127.0.0.1:1/metrics", engine="vllm", name="refused:1")]
+        self.collector = EngineCollector(targets, timeout=1.0, log_changes=False)
+        registry = CollectorRegistry()
+        registry.register(self.collector)
+        server, _ = serve(registry, "127.0.0.1:0")
+        self.servers.append(server)
+        return server.server_port
+
+    def _tracer(self) -> RequestTracer:
+        provider = TracerProvider()
+        self.processor = DropCountingSpanProcessor(InMemorySpanExporter(), service="gateway", registry=self.registry,
+                                                   max_queue_size=2048, schedule_delay_millis=200,
+                                                   max_export_batch_size=512)
+        provider.add_span_processor(self.processor)
+        self.provider = provider
+        return RequestTracer(registry=self.registry, tracer_provider=provider, provider_name="vllm")
+
+    def _pipeline(self) -> None:
+        metrics = PipelineMetrics(self.registry)
+        for protocol in ("grpc", "http"):
+            metrics.received.labels(protocol).inc(1000)
+            metrics.accepted.labels(protocol).inc(990)
+            metrics.requests.labels(protocol, "ok").inc(10)
+        metrics.reject("grpc", "invalid_id", 10)
+        metrics.requests.labels("http", "malformed").inc()
+        metrics.truncated.inc()
+        metrics.batch_rows.observe(1000)
+        metrics.insert_duration.observe(0.05)
+        metrics.retries.inc()
+        metrics.insert_errors.labels("transient").inc()
+        metrics.spooled.inc()
+        metrics.replayed.inc()
+        metrics.spool_discarded.labels("corrupt").inc()
+        metrics.spool_bytes.set(4096)
+        metrics.spool_batches.set(1)
+        metrics.queue_depth.set(12)
+        self.pipeline = metrics
+
+    def _traffic(self) -> None:
+        """A request per pool every 50 ms: most succeed, some retry, a few are rejected."""
+        n = 0
+        while not self.stopping.is_set():
+            for pool in POOLS:
+                n += 1
+                with self.tracer.start(MODEL, pool=pool, strategy="least_loaded") as req:
+                    req.queued()
+                    if n % 7 == 0:
+                        req.reject("overloaded")
+                        continue
+                    req.routed(f"i-{pool}")
+                    if n % 5 == 0:
+                        req.retry(backoff_s=0.001)
+                        req.routed(f"i-{pool}")
+                    for _ in range(4):
+                        req.token()
+                        time.sleep(0.001)
+                    req.finish("stop", input_tokens=100, output_tokens=4, cached_input_tokens=50)
+            self.stopping.wait(0.05)
+
+    def eject_again(self) -> None:
+        """A second ejection, once Prometheus has seen the first: increase() over 5m is then > 0."""
+        self.health.set_state("i-canary", "healthy", model=MODEL, pool="canary")
+        self.health.set_state("i-canary", "ejected", model=MODEL, pool="canary")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.traffic.join(timeout=5)
+        self.gpus.stop()
+        self.collector.close()
+        for server in self.servers:
+            server.shutdown()
+        self.engines.stop()
+        self.provider.shutdown()

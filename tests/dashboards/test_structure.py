@@ -1,0 +1,180 @@
+"""Dashboard structure: what Grafana needs to import them, and that they speak the catalog's vocabulary."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infersight.alerts.limits import limits_from_config
+from infersight.alerts.recording import recording_rules
+from infersight.alerts.rules.pipeline import SCRAPE_UP
+from infersight.config import parse_config
+from infersight.dashboards import build as dashboards_build
+from infersight.dashboards.build import all_dashboards
+from infersight.dashboards.datasources import (
+    CLICKHOUSE_UID,
+    PASSWORD_ENV,
+    PROMETHEUS_UID,
+    ProvisioningError,
+    datasources_yaml,
+)
+from infersight.signals import CATALOG
+from tests.alerts.test_generation import _metric_names
+from tests.dashboards.boards import panels, promql, queries, sql
+
+DASHBOARDS_SOURCE = Path(dashboards_build.__file__).parent
+LABEL_VALUES = re.compile(r"^label_values\((\w+), (\w+)\)$")
+
+
+@pytest.fixture(scope="module")
+def boards():
+    return all_dashboards(parse_config({}))
+
+
+def test_five_dashboards_with_unique_uids_and_titles(boards):
+    assert [b["uid"] for b in boards] == ["infersight-fleet", "infersight-engines", "infersight-gpus",
+                                          "infersight-pipeline", "infersight-traces"]
+    assert len({b["title"] for b in boards}) == 5
+    for board in boards:
+        json.loads(json.dumps(board, allow_nan=False))  # plain JSON, no NaN Grafana would refuse
+        assert board["schemaVersion"] and board["time"]["from"].startswith("now-")
+
+
+def test_every_panel_has_title_datasource_unit_and_targets(boards):
+    for board in boards:
+        for panel in panels(board):
+            where = f"{board['uid']} / {panel.get('title')!r}"
+            assert panel["title"].strip(), where
+            assert panel["datasource"]["uid"] in (PROMETHEUS_UID, CLICKHOUSE_UID), where
+            assert panel["fieldConfig"]["defaults"]["unit"], where
+            assert panel["targets"], where
+            ref_ids = [t["refId"] for t in panel["targets"]]
+            assert len(set(ref_ids)) == len(ref_ids), where
+            for target in panel["targets"]:
+                assert target["datasource"] == panel["datasource"], where
+
+
+def test_panel_ids_unique_and_grid_without_overlap(boards):
+    for board in boards:
+        ids = [p["id"] for p in board["panels"]]
+        assert len(set(ids)) == len(ids) and all(ids), board["uid"]
+        cells: set[tuple[int, int]] = set()
+        for panel in board["panels"]:
+            pos = panel["gridPos"]
+            assert 0 <= pos["x"] and pos["x"] + pos["w"] <= 24, (board["uid"], panel["title"])
+            own = {(pos["x"] + dx, pos["y"] + dy) for dx in range(pos["w"]) for dy in range(pos["h"])}
+            assert not own & cells, f"{board['uid']}: {panel['title']!r} overlaps another panel"
+            cells |= own
+
+
+def test_rows_have_titles_and_repeats_use_defined_variables(boards):
+    for board in boards:
+        rows = [p for p in board["panels"] if p["type"] == "row"]
+        assert rows and all(r["title"].strip() for r in rows)
+        variables = {v["name"] for v in board["templating"]["list"]}
+        for panel in panels(board):
+            if panel.get("repeat"):
+                assert panel["repeat"] in variables
+            used = set(re.findall(r"\$(\w+)", json.dumps(panel["targets"]))) - {"__fromTime", "__toTime",
+                                                                                  "__fromTime_ms", "__toTime_ms"}
+            assert used <= variables, (board["uid"], panel["title"], used - variables)
+
+
+def test_the_loop_is_closed_every_series_queried_is_produced(boards):
+    """Each name a panel or variable queries is a catalog series, a recording rule of alerts/, or `up`."""
+    limits = limits_from_config(parse_config({}))
+    recorded = {r.record for r in recording_rules(limits)}
+    produced = {series for signal in CATALOG.values() for series in signal.series_names()}
+    used = set().union(*(_metric_names(q.text) for q in promql(boards)))
+    for board in boards:
+        for var in board["templating"]["list"]:
+            metric, _label = LABEL_VALUES.match(var["query"]).groups()
+            assert metric in produced
+            used.add(metric)
+    assert len(used) > 40, "the name scan found too little; it is broken"
+    assert used - recorded - produced == set()
+    assert any(_metric_names(q.text) & recorded for q in promql(boards)), "recording rules are used"
+    assert any(SCRAPE_UP in q.text for q in promql(boards))
+
+
+def test_no_metric_name_typed_in_the_dashboard_code():
+    names = {series for signal in CATALOG.values() for series in signal.series_names()}
+    names |= {r.record for r in recording_rules(limits_from_config(parse_config({})))}
+    for source in DASHBOARDS_SOURCE.glob("*.py"):
+        text = source.read_text()
+        # `limits.gpu_temperature_celsius` is a config attribute, not a metric: skip attribute access
+        typed = {n for n in names if re.search(rf"(?<![.\w]){re.escape(n)}\b", text)}
+        assert typed == set(), f"{source.name} types {typed}; use the catalog Signal or the recording module"
+
+
+def test_sql_panels_use_grafana_macros_and_no_bound_parameters(boards):
+    statements = sql(boards)
+    assert len(statements) == 6
+    for query in statements:
+        assert "$__fromTime" in query.text and "$__toTime" in query.text, query.panel
+        assert not re.search(r"\{\w+:[^{}]+\}", query.text), query.panel
+        assert "`default`." in query.text  # the database of clickhouse.dsn
+
+
+def test_thresholds_follow_the_config():
+    data = {"slo": {"ttft_seconds": 0.5, "tpot_p95_seconds": 0.05},
+            "thresholds": {"gateway_queue_depth": 20, "gpu_temperature_celsius": 80, "kv_usage_near_full": 0.9,
+                           "retry_ratio": 0.1, "bandwidth_saturation": 0.85, "spans_rejected_ratio": 0.05}}
+    custom = {b["uid"]: b for b in all_dashboards(parse_config(data))}
+    default = {b["uid"]: b for b in all_dashboards(parse_config({}))}
+    expected = {
+        ("infersight-fleet", "TTFT p50 / p95 / p99 vs SLO"): (1.0, 0.5),
+        ("infersight-fleet", "TPOT p50 / p95 / p99"): (0.1, 0.05),
+        ("infersight-fleet", "Gateway queue depth and its 30-minute mean"): (50, 20),
+        ("infersight-fleet", "Retries per request"): (0.2, 0.1),
+        ("infersight-engines", "KV cache usage"): (0.95, 0.9),
+        ("infersight-gpus", "Temperature"): (85, 80),
+        ("infersight-gpus", "Memory bandwidth utilization"): (0.9, 0.85),
+        ("infersight-pipeline", "Refused share of spans"): (0.01, 0.05),
+    }
+    for (uid, title), values in expected.items():
+        got = tuple(_line(boards[uid], title) for boards in (default, custom))
+        assert got == values, (uid, title)
+
+
+def _line(board: dict, title: str) -> float:
+    panel = next(p for p in panels(board) if p["title"] == title)
+    assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "line"
+    return panel["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]["value"]
+
+
+def test_queries_filter_on_the_dashboard_variables(boards):
+    fleet = [q for q in queries(boards) if q.dashboard == "infersight-fleet" and "llm_time_to_first" in q.text]
+    assert fleet and all('model=~"$model"' in q.text for q in fleet)
+
+
+def test_datasources_come_from_the_config():
+    config = parse_config({"prometheus": {"url": "http://prom.internal:9090"},
+                           "clickhouse": {"dsn": "https://grafana:s3cret@ch.internal:8443/traces"}})
+    text = datasources_yaml(config)
+    assert "s3cret" not in text
+    sources = {s["uid"]: s for s in yaml.safe_load(text)["datasources"]}
+    assert sources[PROMETHEUS_UID]["url"] == "http://prom.internal:9090"
+    assert sources[PROMETHEUS_UID]["type"] == "prometheus"
+    ch = sources[CLICKHOUSE_UID]
+    assert ch["type"] == "grafana-clickhouse-datasource"
+    assert ch["jsonData"] == {"host": "ch.internal", "port": 8443, "protocol": "http", "secure": True,
+                              "defaultDatabase": "traces", "username": "grafana"}
+    assert ch["secureJsonData"]["password"] == f"${{{PASSWORD_ENV}}}"
+    default = {s["uid"]: s for s in yaml.safe_load(datasources_yaml(parse_config({})))["datasources"]}
+    assert default[CLICKHOUSE_UID]["jsonData"]["port"] == 8123 and "secureJsonData" not in default[CLICKHOUSE_UID]
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    ({"clickhouse": {"dsn": "chdb://.infersight/data"}}, "in-process engine"),
+    ({"prometheus": {"url": None}}, "prometheus.url is not set"),
+    ({"prometheus": {"url": "prom:9090"}}, "not an http(s) URL"),
+    ({"clickhouse": {"dsn": "http://:8123/db"}}, "has no host"),
+])
+def test_datasources_grafana_cannot_use_are_refused(data, words):
+    with pytest.raises(ProvisioningError, match=re.escape(words)):
+        datasources_yaml(parse_config(data))
