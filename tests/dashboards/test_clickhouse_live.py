@@ -1,0 +1,84 @@
+"""Every SQL panel, its Grafana macros expanded as the ClickHouse plugin does, run on a real ClickHouse.
+
+The trace store holds the constructed incident of tests/pipelines/incident_data.py (sent once per
+session through the real receiver). Each panel must return exactly what the library query it came
+from returns for the same window: the dashboard and `infersight traces` agree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from infersight.config import parse_config
+from infersight.dashboards.build import all_dashboards
+from infersight.dashboards.macros import MacroError, expand
+from infersight.pipelines.queries import library
+from tests.dashboards.boards import sql
+from tests.pipelines import incident_data
+
+# What each panel must equal: the library call with the options the dashboard chose.
+LIBRARY_CALLS = {
+    "Slowest requests by TTFT": lambda c, db, s, e: library.slowest(c, db, s, e, by="ttft", limit=20),
+    "Slowest requests end to end": lambda c, db, s, e: library.slowest(c, db, s, e, by="e2e", limit=20),
+    "Token stalls per instance and minute": lambda c, db, s, e: library.window_stalls(c, db, s, e),
+    "TTFT percentiles per minute, by pool": lambda c, db, s, e: library.percentiles(c, db, s, e, by="pool"),
+    "Canary vs stable": lambda c, db, s, e: library.compare_pools(c, db, s, e),
+    "Retry chains": lambda c, db, s, e: library.retries(c, db, s, e),
+}
+
+
+@pytest.fixture(scope="module")
+def incident(clickhouse_server):
+    client, database, data, _ = incident_data.shared(clickhouse_server)
+    config = parse_config({"clickhouse": {"dsn": f"{clickhouse_server.url}/{database}"}})
+    return client, database, data, sql(all_dashboards(config))
+
+
+def test_every_sql_panel_runs_and_matches_its_library_query(incident):
+    client, db, data, statements = incident
+    assert sorted(q.panel for q in statements) == sorted(LIBRARY_CALLS)
+    for query in statements:
+        assert f"`{db}`." in query.text  # the database named by clickhouse.dsn
+        rows = list(client.query(expand(query.text, data.t0, data.end)).named_results())
+        assert rows, f"{query.panel}: no rows for the incident window"
+        assert rows == LIBRARY_CALLS[query.panel](client, db, data.t0, data.end), query.panel
+
+
+def test_panels_show_the_incident(incident):
+    client, db, data, statements = incident
+    by_title = {q.panel: list(client.query(expand(q.text, data.t0, data.end)).named_results()) for q in statements}
+    assert by_title["Slowest requests by TTFT"][0]["trace_id"] == data.trace_id("long-prefill")
+    stalls = by_title["Token stalls per instance and minute"]
+    assert {r["instance"] for r in stalls} == {"i-2"} and max(r["max_gap_ms"] for r in stalls) == 3000.0
+    assert {r["pool"] for r in by_title["Canary vs stable"]} == {"canary", "stable"}
+    assert {r["trace_id"] for r in by_title["Retry chains"]} == {data.trace_id("retried")}
+    # a window before the incident: the same SQL finds nothing
+    before = data.t0 - dt.timedelta(hours=2)
+    slowest = next(q for q in statements if q.panel == "Slowest requests by TTFT")
+    assert list(client.query(expand(slowest.text, before, before + dt.timedelta(minutes=10))).named_results()) == []
+
+
+def test_macros_expand_as_the_plugin_does():
+    start = dt.datetime(2026, 3, 1, 14, 0, 0, 250000, tzinfo=dt.UTC)
+    end = start + dt.timedelta(minutes=5)
+    s, e = int(start.timestamp()), int(end.timestamp())
+    assert expand("$__fromTime $__toTime", start, end) == f"toDateTime({s}) toDateTime({e})"
+    assert expand("$__fromTime_ms", start, end) == f"fromUnixTimestamp64Milli({s * 1000 + 250})"
+    assert expand("WHERE $__timeFilter(Timestamp)", start, end) == \
+        f"WHERE Timestamp >= toDateTime({s}) AND Timestamp <= toDateTime({e})"
+    assert expand("$__timeInterval(Minute)", start, end, 30) == \
+        "toStartOfInterval(toDateTime(Minute), INTERVAL 30 second)"
+    assert expand("$__fromTime", start.replace(tzinfo=None), end) == f"toDateTime({s})"  # naive means UTC
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("$__nosuchmacro", "not a macro"),
+    ("$__timeFilter(a, b)", "expects 1 argument"),
+    ("$__timeFilter", "expects 1 argument"),
+])
+def test_bad_macros_are_refused(text, words):
+    now = dt.datetime(2026, 3, 1)
+    with pytest.raises(MacroError, match=words):
+        expand(text, now, now)
