@@ -7,7 +7,7 @@ from grafanalib import core
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.config import Config
-from infersight.dashboards.panels import Line, Q, dashboard, layout, timeseries, variable
+from infersight.dashboards.panels import Line, Q, dashboard, heatmap, layout, timeseries, variable
 from infersight.signals import engine
 
 UID = "infersight-engines"
@@ -64,8 +64,13 @@ def _latency(config: Config, limits: Limits) -> list[core.Panel]:
     return [
         timeseries("Engine TTFT p50 / p95 / p99", "s", ttft, line=Line(limits.ttft_slo_seconds),
                    description="As the engine measures it (without the gateway's queue)."),
-        timeseries("Engine inter-token latency p50 / p95 / p99", "s", itl, line=Line(config.slo.tpot_p95_seconds)),
+        heatmap("Engine TTFT distribution", f"sum by (le) (rate({engine.TTFT.bucket(**F)}[5m]))",
+                description="Requests per second in each TTFT bucket: a second mode far right is a stall."),
         timeseries("Engine queue time p95", "s", [Q(queue, "{{target}}")]),
+        timeseries("Engine inter-token latency p50 / p95 / p99", "s", itl, line=Line(config.slo.tpot_p95_seconds),
+                   width=12),
+        heatmap("Engine inter-token latency distribution",
+                f"sum by (le) (rate({engine.INTER_TOKEN.bucket(**F)}[5m]))", width=12),
     ]
 
 

@@ -58,17 +58,30 @@ def _traffic(limits: Limits) -> list[core.Panel]:
     ]
 
 
-def _queue(limits: Limits) -> list[core.Panel]:
+def _scale_out(limits: Limits) -> list[core.Panel]:
     depth = [Q(recorded(rec.GATEWAY_QUEUE_SUM), "now " + LEGEND),
              Q(recorded(rec.GATEWAY_QUEUE_AVG30M), "30m mean " + LEGEND)]
-    in_flight = f"sum by (model, pool) ({request.IN_FLIGHT.select(**F)})"
+    ttft_p95 = Q(f'{rec.TTFT_P95_BY_MODEL}{{model=~"$model"}}', "{{model}}")
+    bar = limits.rising_share * limits.ttft_p95_target_seconds
+    horizon_s = round(limits.forecast_hours * 3600)
+    demand = f'{rec.IN_FLIGHT_SUM}{{model=~"$model"}}'
+    capacity = f'{rec.SERVING_INSTANCES}{{model=~"$model"}} * {limits.requests_per_instance}'
     queue_time = request.QUEUE_TIME.quantile(0.95, BY, **F)
     return [
         timeseries("Gateway queue depth and its 30-minute mean", "short", depth,
-                   line=Line(limits.gateway_queue_depth), width=12,
-                   description="The scale-out signal: the 30-minute mean over the line "
-                               "(thresholds.gateway_queue_depth) asks for more instances."),
-        timeseries("Requests in flight", "short", [Q(in_flight, LEGEND)], width=6),
+                   line=Line(limits.gateway_queue_depth), width=6,
+                   description="The 30-minute mean over the line (thresholds.gateway_queue_depth) asks for more "
+                               "instances."),
+        timeseries("TTFT p95 vs the scale-out bar", "s", [ttft_p95],
+                   line=Line(limits.ttft_p95_target_seconds, warn=bar), width=6,
+                   description=f"Orange: {limits.rising_share:.0%} of the p95 target; above it and rising asks "
+                               "for more instances before the SLO is missed."),
+        timeseries("Demand: in flight, forecast and capacity", "short",
+                   [Q(demand, "in flight {{model}}"),
+                    Q(f"predict_linear({demand}[1h], {horizon_s})", f"in {limits.forecast_hours:g}h {{{{model}}}}"),
+                    Q(capacity, "capacity {{model}}")], width=6,
+                   description=f"Capacity: serving instances x {limits.requests_per_instance} concurrent requests "
+                               "each (capacity model, at the target token rate)."),
         timeseries("Gateway queue time p95", "s", [Q(queue_time, LEGEND)], width=6),
     ]
 
@@ -76,12 +89,15 @@ def _queue(limits: Limits) -> list[core.Panel]:
 def _instances(limits: Limits) -> list[core.Panel]:
     states = f"sum by (model, pool, state) ({gateway.INSTANCE_STATE.select(**F)})"
     ejections = f"sum by (model, pool) (increase({gateway.EJECTIONS.select(**F)}[5m]))"
+    p99 = Q(recorded(rec.TTFT_P99_BY_INSTANCE), "{{instance}} " + LEGEND)
     return [
-        timeseries("Instances by state", "short", [Q(states, LEGEND + " {{state}}")], stack=True,
+        timeseries("Instances by state", "short", [Q(states, LEGEND + " {{state}}")], stack=True, width=6,
                    description="healthy, cold (starting), half_open (breaker: low-priority traffic only), ejected."),
-        timeseries("Ejections in 5 minutes", "short", [Q(ejections, LEGEND)]),
+        timeseries("Instance TTFT p99 (circuit breaker)", "s", [p99], line=Line(limits.instance_p99_ttft_seconds),
+                   width=6, description="Over the line an instance goes half-open: low-priority traffic only."),
+        timeseries("Ejections in 5 minutes", "short", [Q(ejections, LEGEND)], width=6),
         timeseries("Share of instances ejected in 5 minutes", "percentunit", [Q(rec.EJECTED_SHARE, "fleet")],
-                   line=Line(limits.ejection_share), max_value=1,
+                   line=Line(limits.ejection_share), max_value=1, width=6,
                    description="An ejection cascade trips the line (thresholds.ejection_share)."),
     ]
 
@@ -100,7 +116,7 @@ def _canary(limits: Limits) -> list[core.Panel]:
 
 def build(config: Config, limits: Limits) -> core.Dashboard:
     rows = [("Latency vs SLO", _latency(config, limits)), ("Traffic, rejections and retries", _traffic(limits)),
-            ("Gateway queue (scale-out)", _queue(limits)), ("Instance health", _instances(limits)),
+            ("Scale-out signals", _scale_out(limits)), ("Instance health", _instances(limits)),
             ("Canary vs stable (one panel per pool)", _canary(limits))]
     variables = [variable("model", "model", request.REQUESTS.name, "model"),
                  variable("pool", "pool", request.REQUESTS.name, "pool")]

@@ -31,10 +31,12 @@ class Q:
 
 @dataclass(frozen=True)
 class Line:
-    """A threshold drawn on a panel. ``below`` colours the area under it red instead of above."""
+    """A threshold drawn on a panel. ``below`` colours the area under it red instead of above;
+    ``warn`` adds an orange line before it (e.g. the share of the SLO where scale-out starts)."""
 
     value: float
     below: bool = False
+    warn: float | None = None
 
 
 @attr.s
@@ -57,7 +59,8 @@ def _thresholds(line: Line | None) -> list[dict]:
         return [{"color": "green", "value": None}]
     if line.below:
         return [{"color": "red", "value": None}, {"color": "green", "value": line.value}]
-    return [{"color": "green", "value": None}, {"color": "red", "value": line.value}]
+    warn = [] if line.warn is None else [{"color": "orange", "value": line.warn}]
+    return [{"color": "green", "value": None}, *warn, {"color": "red", "value": line.value}]
 
 
 def timeseries(title: str, unit: str, queries: Sequence[Q], *, description: str = "", line: Line | None = None,
@@ -74,6 +77,29 @@ def timeseries(title: str, unit: str, queries: Sequence[Q], *, description: str 
         legendCalcs=["lastNotNull", "max"], tooltipMode="multi", span=width,
         repeat=core.Repeat("h", repeat, 4) if repeat else core.Repeat(),
     )
+
+
+@attr.s
+class Heatmap(core.Panel):
+    """Grafana's heatmap panel over pre-bucketed Prometheus histograms (no client-side bucketing)."""
+
+    unit: str = attr.ib(default="s")
+
+    def to_json_data(self) -> dict:
+        return self.panel_json({
+            "type": "heatmap",
+            "fieldConfig": {"defaults": {"unit": "reqps"}, "overrides": []},
+            "options": {"calculate": False, "yAxis": {"unit": self.unit}, "cellValues": {"unit": "reqps"},
+                        "color": {"mode": "scheme", "scheme": "Oranges", "exponent": 0.5},
+                        "tooltip": {"mode": "single", "yHistogram": True}, "legend": {"show": True}},
+        })
+
+
+def heatmap(title: str, bucket_rate: str, *, description: str = "", width: int = 8) -> Heatmap:
+    """A heatmap of ``sum by (le) (rate(<bucket>[w]))``: each bucket's observations per second over time."""
+    target = core.Target(expr=bucket_rate, legendFormat="{{le}}", refId="A", format="heatmap",
+                         datasource=PROMETHEUS_REF)
+    return Heatmap(title=title, description=description, dataSource=PROMETHEUS_REF, targets=[target], span=width)
 
 
 def sql_table(title: str, sql: str, *, description: str = "", width: int = 24) -> core.Table:

@@ -121,8 +121,9 @@ def test_sql_panels_use_grafana_macros_and_no_bound_parameters(boards):
 
 
 def test_thresholds_follow_the_config():
-    data = {"slo": {"ttft_seconds": 0.5, "tpot_p95_seconds": 0.05},
-            "thresholds": {"gateway_queue_depth": 20, "gpu_temperature_celsius": 80, "kv_usage_near_full": 0.9,
+    data = {"slo": {"ttft_seconds": 0.5, "tpot_p95_seconds": 0.05, "ttft_p95_seconds": 0.8},
+            "thresholds": {"ttft_slo_share_rising": 0.8, "instance_p99_ttft_seconds": 2.0,
+                           "gateway_queue_depth": 20, "gpu_temperature_celsius": 80, "kv_usage_near_full": 0.9,
                            "retry_ratio": 0.1, "bandwidth_saturation": 0.85, "spans_rejected_ratio": 0.05}}
     custom = {b["uid"]: b for b in all_dashboards(parse_config(data))}
     default = {b["uid"]: b for b in all_dashboards(parse_config({}))}
@@ -131,6 +132,8 @@ def test_thresholds_follow_the_config():
         ("infersight-fleet", "TPOT p50 / p95 / p99"): (0.1, 0.05),
         ("infersight-fleet", "Gateway queue depth and its 30-minute mean"): (50, 20),
         ("infersight-fleet", "Retries per request"): (0.2, 0.1),
+        ("infersight-fleet", "TTFT p95 vs the scale-out bar"): (1.0, 0.8),
+        ("infersight-fleet", "Instance TTFT p99 (circuit breaker)"): (5.0, 2.0),
         ("infersight-engines", "KV cache usage"): (0.95, 0.9),
         ("infersight-gpus", "Temperature"): (85, 80),
         ("infersight-gpus", "Memory bandwidth utilization"): (0.9, 0.85),
@@ -139,12 +142,20 @@ def test_thresholds_follow_the_config():
     for (uid, title), values in expected.items():
         got = tuple(_line(boards[uid], title) for boards in (default, custom))
         assert got == values, (uid, title)
+    # the orange scale-out bar: rising share x p95 target
+    bar = [[s["value"] for s in _steps(boards["infersight-fleet"], "TTFT p95 vs the scale-out bar")
+            if s["color"] == "orange"] for boards in (default, custom)]
+    assert bar == [[0.7], [pytest.approx(0.64)]]
+
+
+def _steps(board: dict, title: str) -> list[dict]:
+    panel = next(p for p in panels(board) if p["title"] == title)
+    assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "line"
+    return panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
 
 
 def _line(board: dict, title: str) -> float:
-    panel = next(p for p in panels(board) if p["title"] == title)
-    assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "line"
-    return panel["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]["value"]
+    return _steps(board, title)[-1]["value"]
 
 
 def test_queries_filter_on_the_dashboard_variables(boards):
