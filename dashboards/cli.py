@@ -20,7 +20,8 @@ def register(subparsers) -> None:
         description="Write one JSON file per dashboard (DIR/dashboards/) and Grafana provisioning files "
                     "(DIR/provisioning/: a dashboard provider and the Prometheus and ClickHouse datasources, from "
                     "prometheus.url and clickhouse.dsn). Point Grafana's paths.provisioning at DIR/provisioning; "
-                    "the ClickHouse datasource needs the grafana-clickhouse-datasource plugin.")
+                    "the ClickHouse datasource needs the grafana-clickhouse-datasource plugin. Panels that read "
+                    "recording rules need the rules of 'infersight alerts build' loaded into Prometheus.")
     build.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
     build.add_argument("--dashboards-path", metavar="PATH",
                        help="where Grafana reads the JSON files, if not DIR/dashboards on this machine")

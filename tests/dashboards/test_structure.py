@@ -49,6 +49,7 @@ def test_every_panel_has_title_datasource_unit_and_targets(boards):
         for panel in panels(board):
             where = f"{board['uid']} / {panel.get('title')!r}"
             assert panel["title"].strip(), where
+            assert panel["type"] in ("timeseries", "table", "heatmap"), where
             assert panel["datasource"]["uid"] in (PROMETHEUS_UID, CLICKHOUSE_UID), where
             assert panel["fieldConfig"]["defaults"]["unit"], where
             assert panel["targets"], where
