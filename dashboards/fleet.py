@@ -103,14 +103,16 @@ def _instances(limits: Limits) -> list[core.Panel]:
 
 
 def _canary(limits: Limits) -> list[core.Panel]:
+    # Full width, repeated horizontally: Grafana splits the row among the pools, so canary and stable
+    # sit side by side, one line per question.
     one_pool = {"model": "=~$model", "pool": "=~$pool"}
     ttft = request.TTFT.quantile(0.95, ("model",), **one_pool)
     errors = (f"sum by (model) ({request.REQUESTS.rate(outcome='!=success', **one_pool)}) "
               f"/ sum by (model) ({request.REQUESTS.rate(**one_pool)})")
     return [
         timeseries("TTFT p95, pool $pool", "s", [Q(ttft, "{{model}}")], line=Line(limits.ttft_slo_seconds),
-                   width=12, repeat="pool"),
-        timeseries("Failed share, pool $pool", "percentunit", [Q(errors, "{{model}}")], width=12, repeat="pool"),
+                   width=24, repeat="pool"),
+        timeseries("Failed share, pool $pool", "percentunit", [Q(errors, "{{model}}")], width=24, repeat="pool"),
     ]
 
 
