@@ -23,13 +23,16 @@ INSTANCES = {"i-1": "stable", "i-2": "stable", "i-3": "stable", "i-4": "canary"}
 STALLED_INSTANCE = "i-3"
 PREFILL_TOKENS_PER_S = 55_000  # the capacity model's 11k tokens/s, x5 so the demo runs in seconds
 TOKEN_GAP_S = 0.004
+DECODE_MARGIN = 5  # tokens
 
 
 @dataclass
 class Fleet:
-    """Shared state of the simulated instances: in-flight counts and a stall window per instance."""
+    """Shared state of the simulated instances: in-flight and decoding counts, a stall window each."""
 
     in_flight: dict[str, int] = field(default_factory=lambda: dict.fromkeys(INSTANCES, 0))
+    # Requests with at least DECODE_MARGIN tokens still to stream: a stall starting now hits them.
+    decoding: dict[str, int] = field(default_factory=lambda: dict.fromkeys(INSTANCES, 0))
     stall_until: dict[str, float] = field(default_factory=lambda: dict.fromkeys(INSTANCES, 0.0))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -45,10 +48,23 @@ class Fleet:
         with self.lock:
             self.in_flight[instance] -= 1
 
-    def wait_until_busy(self, instance: str, timeout_s: float = 2.0) -> None:
+    def count_decoding(self, instance: str, delta: int) -> None:
+        with self.lock:
+            self.decoding[instance] += delta
+
+    def stall_when_decoding(self, instance: str, seconds: float, timeout_s: float = 5.0) -> None:
+        """Start a stall on ``instance`` as soon as some request there is mid-stream.
+
+        Waiting for that makes the demo's incident certain: the stall always catches a stream.
+        """
         deadline = time.monotonic() + timeout_s
-        while self.in_flight[instance] == 0 and time.monotonic() < deadline:
-            time.sleep(0.001)
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.decoding[instance]:
+                    self.stall_until[instance] = time.monotonic() + seconds
+                    return
+            time.sleep(0.0005)
+        self.stall_until[instance] = time.monotonic() + seconds
 
     def wait_if_stalled(self, instance: str) -> None:
         delay = self.stall_until[instance] - time.monotonic()
@@ -59,8 +75,6 @@ class Fleet:
 def _serve_one(tracer: RequestTracer, fleet: Fleet, rng: random.Random, long_prompt: bool) -> None:
     input_tokens = 32_000 if long_prompt else rng.randint(200, 2_000)
     output_tokens = 8 if long_prompt else rng.randint(20, 40)
-    if long_prompt:  # arrive while the instance is busy, so that its streams visibly stall
-        fleet.wait_until_busy(STALLED_INSTANCE)
     with tracer.start(MODEL, strategy="least_conn") as req:
         req.queued()
         time.sleep(rng.uniform(0.0005, 0.003))
@@ -79,19 +93,34 @@ def _serve_one(tracer: RequestTracer, fleet: Fleet, rng: random.Random, long_pro
         try:
             prefill_s = input_tokens / PREFILL_TOKENS_PER_S
             if long_prompt:  # everything else on this instance waits behind this prefill
-                fleet.stall_until[instance] = time.monotonic() + prefill_s
+                fleet.stall_when_decoding(instance, prefill_s)
             else:
                 fleet.wait_if_stalled(instance)
             time.sleep(prefill_s)
-            for _ in range(output_tokens):
-                if not long_prompt:
-                    fleet.wait_if_stalled(instance)
-                req.token()
-                time.sleep(TOKEN_GAP_S * rng.uniform(0.7, 1.3))
+            _decode(req, fleet, instance, output_tokens, rng, stalls=not long_prompt)
             cached = 0 if long_prompt else int(input_tokens * rng.uniform(0.0, 0.8))
             req.finish("stop", input_tokens=input_tokens, output_tokens=output_tokens, cached_input_tokens=cached)
         finally:
             fleet.release(instance)
+
+
+def _decode(req, fleet: Fleet, instance: str, output_tokens: int, rng: random.Random, stalls: bool) -> None:
+    """Stream the tokens; a stall on the instance holds every stream there."""
+    counted = stalls and output_tokens > DECODE_MARGIN
+    if counted:
+        fleet.count_decoding(instance, +1)
+    try:
+        for index in range(output_tokens):
+            if counted and index == output_tokens - DECODE_MARGIN:
+                fleet.count_decoding(instance, -1)
+                counted = False
+            if stalls:
+                fleet.wait_if_stalled(instance)
+            req.token()
+            time.sleep(TOKEN_GAP_S * rng.uniform(0.7, 1.3))
+    finally:
+        if counted:
+            fleet.count_decoding(instance, -1)
 
 
 def run_traffic(tracer: RequestTracer, requests: int = 160, workers: int = 8, seed: int = 7,
