@@ -85,7 +85,8 @@ def recording_rules(limits: Limits) -> list[Recording]:
         Recording(SERVING_INSTANCES, f"count by (model) ({state.select(state='!=ejected')} == 1)"),
         Recording(RETRIES_PER_REQUEST, f"sum({request.RETRIES.rate()}) / sum({request.REQUESTS.rate()})"),
         Recording(EJECTED_SHARE,
-                  f"count(increase({gateway.EJECTIONS.select()}[5m]) > 0) "
+                  # "or vector(0)": a healthy fleet reads 0, not "no data".
+                  f"(count(increase({gateway.EJECTIONS.select()}[5m]) > 0) or vector(0)) "
                   f"/ count(group by (model, instance, pool) ({state.select()}))"),
         Recording(REJECTION_RATIO, ratio(request.REJECTIONS, request.REQUESTS, "model")),
         Recording(PREFIX_HIT_RATIO, ratio(engine.PREFIX_CACHE_HITS, engine.PREFIX_CACHE_QUERIES, "model")),

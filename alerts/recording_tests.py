@@ -109,6 +109,8 @@ def recording_test_file(limits: Limits, recording_rule_file: str) -> dict:
         series.append(steps(gateway.EJECTIONS, labels, MINUTES, [8] if state == "ejected" else []))
     one(rec.SERVING_INSTANCES, model, 3)
     one(rec.EJECTED_SHARE, {}, 0.25)
+    # Before the ejection at minute 8 a healthy fleet reads 0, not "no data".
+    tests.append({"expr": rec.EJECTED_SHARE, "eval_time": "3m", "exp_samples": [_sample(rec.EJECTED_SHARE, {}, 0)]})
 
     # ratios of rates, 0.25 each
     series += [_rate(request.REQUESTS, request_labels(outcome="success"), 45),
