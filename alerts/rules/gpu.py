@@ -16,7 +16,7 @@ SIGNAL = SignalClass.GPU
 # usually one bad kernel or job: a ticket.
 CRITICAL_XIDS = ("48", "79", "95")
 THROTTLE_REASONS = ("hw_thermal", "sw_thermal", "hw_power_brake", "hw_slowdown")
-DEVICE = ("node", "gpu", "uuid", "gpu_model")
+DEVICE = gpu.DEVICE_LABELS
 
 
 def xid_errors(limits: Limits) -> list[Alert]:
