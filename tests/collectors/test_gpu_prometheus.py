@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -13,33 +13,33 @@ from infersight.collectors.gpu.promql import energy_per_token
 from infersight.collectors.gpu.sim import SimBackend
 from infersight.signals import engine, gpu
 
-TOKENS_PER_TICK = 100
-TICK_SECONDS = 0.05  # 2000 generated tokens/s
+TOKENS_PER_SECOND = 2000.0
 
 
 class EngineTokensStandIn:
     """STAND-IN for the engine collector's output (no inference engine here): only the generated-token
-    counter, registered from the catalog and labelled as the engine collector labels it (node, gpu)."""
+    counter, registered from the catalog and labelled as the engine collector labels it (node, gpu).
+
+    The count is computed from the clock at each scrape, so its rate is exact however late threads
+    run on a loaded machine (a ticking thread fell behind and skewed joules per token).
+    """
 
     def __init__(self, node: str, gpu_index: str):
+        self.labels = ["127.0.0.1:8000", "vllm", "gemma-27b", "stable", node, gpu_index, "0"]
+        self.started = time.monotonic()
         self.registry = CollectorRegistry()
-        counter = engine.GENERATION_TOKENS.register(self.registry)
-        self.tokens = counter.labels(target="127.0.0.1:8000", engine="vllm", model="gemma-27b", pool="stable",
-                                     node=node, gpu=gpu_index, dp_rank="0")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._generate, daemon=True)
+        self.registry.register(self)
 
-    def _generate(self) -> None:
-        while not self._stop.wait(TICK_SECONDS):
-            self.tokens.inc(TOKENS_PER_TICK)
+    def collect(self):
+        family = engine.GENERATION_TOKENS.family()
+        family.add_metric(self.labels, (time.monotonic() - self.started) * TOKENS_PER_SECOND)
+        yield family
 
     def start(self) -> int:
         self.server, _ = serve(self.registry, "127.0.0.1:0")
-        self._thread.start()
         return self.server.server_port
 
     def stop(self) -> None:
-        self._stop.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -63,12 +63,12 @@ def test_prometheus_scrapes_bandwidth_and_joins_energy_per_token(prometheus_serv
         per_gpu = prom.wait_for(energy_per_token(window="5s"), timeout=30)
         assert [(r["metric"]["node"], r["metric"]["gpu"]) for r in per_gpu] == [("n1", "0")]  # GPU 1 runs no engine
         power = sim.gpu(0).read().power_watts
-        expected = power / (TOKENS_PER_TICK / TICK_SECONDS)
+        expected = power / TOKENS_PER_SECOND
         assert float(per_gpu[0]["value"][1]) == pytest.approx(expected, rel=0.3)
 
         per_node = prom.query(energy_per_token(window="5s", by=("node",)))
         both_gpus = power + sim.gpu(1).read().power_watts
-        assert float(per_node[0]["value"][1]) == pytest.approx(both_gpus / (TOKENS_PER_TICK / TICK_SECONDS), rel=0.3)
+        assert float(per_node[0]["value"][1]) == pytest.approx(both_gpus / TOKENS_PER_SECOND, rel=0.3)
     finally:
         tokens.stop()
         exporter.stop()
