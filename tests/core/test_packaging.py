@@ -1,5 +1,6 @@
 """The component folders install as subpackages of infersight (non-editable wheel)."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -9,9 +10,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_wheel_maps_component_folders(tmp_path):
+    # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".venv", ".git", ".infersight", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache"))
+    out = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
-    [wheel] = tmp_path.glob("infersight-*.whl")
+                    "-w", str(out), str(source)], check=True, capture_output=True)
+    [wheel] = out.glob("infersight-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for package in ("infersight/__init__.py", "infersight/signals/__init__.py", "infersight/collectors/__init__.py",
                     "infersight/instrumentation/__init__.py", "infersight/pipelines/__init__.py",
