@@ -60,6 +60,10 @@ def test_prometheus_scrapes_bandwidth_and_joins_energy_per_token(prometheus_serv
         assert bandwidth[0]["metric"]["gpu_model"] == "H100-SXM"
         assert len(prom.query(gpu.UP.select(node="n1"))) == 2
 
+        # Wait until both counters fill the 5s window: rate() extrapolates a series younger than its
+        # window toward zero differently for each counter, which skews their ratio.
+        for counter in (gpu.ENERGY.select(gpu="0"), engine.GENERATION_TOKENS.select()):
+            prom.wait_for(f"count_over_time({counter}[5s]) >= 5", timeout=30)
         per_gpu = prom.wait_for(energy_per_token(window="5s"), timeout=30)
         assert [(r["metric"]["node"], r["metric"]["gpu"]) for r in per_gpu] == [("n1", "0")]  # GPU 1 runs no engine
         power = sim.gpu(0).read().power_watts
