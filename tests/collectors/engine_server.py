@@ -7,10 +7,35 @@ engine would serve it, or a misbehaving target (slow, trickling, garbage, HTTP 5
 from __future__ import annotations
 
 import http.server
+import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from tests.conftest import FIXTURES
+
+VLLM = (FIXTURES / "metrics" / "vllm_metrics_sample.txt").read_text()
+PREFIX_LINE = re.compile(r"^(vllm:prefix_cache_(hits|queries)_total\{[^}]*\}) [0-9.e+]+$", re.M)
+GENERATION_LINE = re.compile(r"^(vllm:generation_tokens_total\{[^}]*\}) [0-9.e+]+$", re.M)
+
+
+class LiveVLLM:
+    """The vLLM fixture with growing counters: 50 prefix-cache hits per 100 queried tokens per scrape,
+    and ``tokens_per_second`` generated tokens, counted from the clock (exact rates however late a
+    thread runs)."""
+
+    def __init__(self, tokens_per_second: float = 100.0) -> None:
+        self.tokens_per_second = tokens_per_second
+        self.scrapes = 0
+        self.start = time.monotonic()
+
+    def __call__(self) -> bytes:
+        self.scrapes += 1
+        step = {"hits": 50, "queries": 100}
+        text = PREFIX_LINE.sub(lambda m: f"{m.group(1)} {float(self.scrapes * step[m.group(2)])}", VLLM)
+        tokens = self.tokens_per_second * (time.monotonic() - self.start)
+        return GENERATION_LINE.sub(lambda m: f"{m.group(1)} {tokens}", text).encode()
 
 
 @dataclass
