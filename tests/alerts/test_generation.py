@@ -18,11 +18,10 @@ from infersight.alerts.series import histogram, le, observations_near, quantile
 from infersight.capacity import plan
 from infersight.config import ConfigError, parse_config
 from infersight.signals import CATALOG, request
+from tests.promql_names import metric_names
 
 RUNBOOKS = Path(__file__).resolve().parents[2] / "alerts" / "runbooks"
-IDENTIFIER = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 RECORD_NAME = re.compile(r"^[a-z_]*:[a-z0-9_]+:[a-z0-9_]+$")
-OURS = re.compile(r"^(llm_|gpu_|infersight_|[a-z_]*:)")
 
 
 @pytest.fixture(scope="module")
@@ -30,25 +29,16 @@ def limits():
     return limits_from_config(parse_config({}))
 
 
-def _metric_names(expr: str) -> set[str]:
-    """Metric-like identifiers outside label matchers and strings."""
-    without_strings = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
-    without_matchers = re.sub(r"\{[^}]*\}", "", without_strings)
-    without_groupings = re.sub(r"\b(by|on|without|ignoring|group_left|group_right)\s*\([^)]*\)", "",
-                               without_matchers)
-    return {t for t in IDENTIFIER.findall(without_groupings) if OURS.match(t)}
-
-
 def test_every_series_a_rule_reads_is_produced(limits):
     """The loop is closed: each name in a rule is a catalog series or a recording rule defined here."""
     recorded = {r.record for r in recording_rules(limits)}
     produced = {series for signal in CATALOG.values() for series in signal.series_names()}
     exprs = [r.expr for r in recording_rules(limits)] + [a.expr for a in all_alerts(limits)]
-    used = set().union(*map(_metric_names, exprs))
+    used = set().union(*map(metric_names, exprs))
     assert used, "the name scan found nothing; it is broken"
     assert used - recorded - produced == set()
     # and every recording rule is used by some alert, or is one of the dashboard quantiles
-    unused = recorded - set().union(*(_metric_names(a.expr) for a in all_alerts(limits)))
+    unused = recorded - set().union(*(metric_names(a.expr) for a in all_alerts(limits)))
     assert all(":p" in name or name.endswith((":sum", ":avg30m", ":avg5m")) or "slo_errors" in name
                for name in unused), unused
 

@@ -23,8 +23,8 @@ from infersight.dashboards.datasources import (
     datasources_yaml,
 )
 from infersight.signals import CATALOG
-from tests.alerts.test_generation import _metric_names
 from tests.dashboards.boards import panels, promql, queries, sql
+from tests.promql_names import metric_names
 
 DASHBOARDS_SOURCE = Path(dashboards_build.__file__).parent
 LABEL_VALUES = re.compile(r"^label_values\((\w+), (\w+)\)$")
@@ -90,7 +90,7 @@ def test_the_loop_is_closed_every_series_queried_is_produced(boards):
     limits = limits_from_config(parse_config({}))
     recorded = {r.record for r in recording_rules(limits)}
     produced = {series for signal in CATALOG.values() for series in signal.series_names()}
-    used = set().union(*(_metric_names(q.text) for q in promql(boards)))
+    used = set().union(*(metric_names(q.text) for q in promql(boards)))
     for board in boards:
         for var in board["templating"]["list"]:
             metric, _label = LABEL_VALUES.match(var["query"]).groups()
@@ -98,7 +98,7 @@ def test_the_loop_is_closed_every_series_queried_is_produced(boards):
             used.add(metric)
     assert len(used) > 40, "the name scan found too little; it is broken"
     assert used - recorded - produced == set()
-    assert any(_metric_names(q.text) & recorded for q in promql(boards)), "recording rules are used"
+    assert any(metric_names(q.text) & recorded for q in promql(boards)), "recording rules are used"
     assert any(SCRAPE_UP in q.text for q in promql(boards))
 
 
