@@ -79,10 +79,15 @@ def trace_spans(client, db: str, trace_id: str) -> list[dict[str, Any]]:
 
     The exporter's TraceId -> (Start, End) lookup bounds the time range in the same query, so the
     read prunes partitions and granules before the TraceId bloom filter is even consulted.
+
+    Start and End are whole-second ``DateTime``; the bounds are turned into ``DateTime64(9)`` before
+    they meet ``Timestamp``. Compared as ``DateTime``, the engine's part pruning reads the strict
+    ``Timestamp < End + 1`` as ``Timestamp <= End`` in whole seconds and skips every unmerged part
+    whose spans all fall in the trace's last second: the newest traces were "not found".
     """
     rows = _rows(client, """
-WITH (SELECT (min(Start), max(End) + 1) FROM {db:Identifier}.otel_traces_trace_id_ts WHERE TraceId = {trace:String})
-    AS span_range
+WITH (SELECT (toDateTime64(min(Start), 9), toDateTime64(max(End), 9) + toIntervalSecond(1))
+      FROM {db:Identifier}.otel_traces_trace_id_ts WHERE TraceId = {trace:String}) AS span_range
 SELECT SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, SpanName AS name, Timestamp AS started,
        round(Duration / 1e6, 2) AS duration_ms, StatusCode AS status, Instance AS instance, Pool AS pool,
        Outcome AS outcome, TtftMs AS ttft_ms, RetryAttempt AS attempt,

@@ -16,7 +16,7 @@ from infersight.dashboards.build import all_dashboards
 from infersight.dashboards.macros import MacroError, expand
 from infersight.pipelines.queries import library
 from tests.dashboards.boards import sql
-from tests.pipelines import incident_data
+from tests.pipelines import boundary_data, incident_data
 
 # What each panel must equal: the library call with the options the dashboard chose.
 LIBRARY_CALLS = {
@@ -58,6 +58,20 @@ def test_panels_show_the_incident(incident):
     before = data.t0 - dt.timedelta(hours=2)
     slowest = next(q for q in statements if q.panel == "Slowest requests by TTFT")
     assert list(client.query(expand(slowest.text, before, before + dt.timedelta(minutes=10))).named_results()) == []
+
+
+def test_panels_keep_exactly_the_window_on_unmerged_parts(clickhouse_server, clickhouse_schema):
+    """A window with millisecond edges over one-span parts: the panels' macros round nothing away."""
+    t0 = (dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(hours=1)).replace(second=0, microsecond=0)
+    client = clickhouse_server.client(clickhouse_schema)
+    data = boundary_data.load(client, clickhouse_schema, t0)
+    config = parse_config({"clickhouse": {"dsn": f"{clickhouse_server.url}/{clickhouse_schema}"}})
+    for query in sql(all_dashboards(config)):
+        rows = list(client.query(expand(query.text, data.start, data.end)).named_results())
+        assert rows == LIBRARY_CALLS[query.panel](client, clickhouse_schema, data.start, data.end), query.panel
+    slowest = next(q for q in sql(all_dashboards(config)) if q.panel == "Slowest requests by TTFT")
+    rows = client.query(expand(slowest.text, data.start, data.end)).named_results()
+    assert {r["trace_id"] for r in rows} == data.inside()
 
 
 def test_macros_expand_as_the_plugin_does():
