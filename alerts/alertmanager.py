@@ -21,7 +21,7 @@ PER_INSTANCE_LATENCY = ("LLMInstanceTTFTP99High", "LLMColdStartThrash")
 CASCADE = "LLMEjectionCascade"
 FLEET_OVERLOAD, INSTANCE_OVERLOAD = "LLMFleetOverloaded", "LLMInstanceOverloaded"
 # Labels that identify "the same alert" for critical-over-warning inhibition; absent ones match.
-SAME_ALERT = ["alertname", "cluster", "model", "pool", "instance", "target", "node", "gpu"]
+SAME_ALERT = ["alertname", "cluster", "model", "pool", "instance", "node", "gpu"]
 
 
 def _webhook(name: str, url: str) -> dict:

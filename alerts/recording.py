@@ -31,7 +31,7 @@ TTFT_P95_BY_INSTANCE = quantile_name(request.TTFT, INSTANCE_LEVEL, 0.95)
 TTFT_P99_BY_INSTANCE = quantile_name(request.TTFT, INSTANCE_LEVEL, 0.99)
 GATEWAY_QUEUE_SUM = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "sum")
 GATEWAY_QUEUE_AVG30M = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "avg30m")
-INSTANCE_QUEUE_SUM = name(("model", "pool", "target"), engine.REQUESTS_WAITING.name, "sum")
+INSTANCE_QUEUE_SUM = name(("model", "pool", "instance"), engine.REQUESTS_WAITING.name, "sum")
 MODEL_QUEUE_SUM = name("model", engine.REQUESTS_WAITING.name, "sum")
 MODEL_QUEUE_AVG30M = name("model", engine.REQUESTS_WAITING.name, "avg30m")
 NODE_QUEUE_SUM = name("node", engine.REQUESTS_WAITING.name, "sum")
@@ -77,7 +77,7 @@ def recording_rules(limits: Limits) -> list[Recording]:
         *_quantiles(),
         Recording(GATEWAY_QUEUE_SUM, f"sum by (model, pool) ({gateway.QUEUE_DEPTH.select()})"),
         Recording(GATEWAY_QUEUE_AVG30M, f"avg_over_time({GATEWAY_QUEUE_SUM}[30m])"),
-        Recording(INSTANCE_QUEUE_SUM, f"sum by (model, pool, target) ({engine.REQUESTS_WAITING.select()})"),
+        Recording(INSTANCE_QUEUE_SUM, f"sum by (model, pool, instance) ({engine.REQUESTS_WAITING.select()})"),
         Recording(MODEL_QUEUE_SUM, f"sum by (model) ({engine.REQUESTS_WAITING.select()})"),
         Recording(MODEL_QUEUE_AVG30M, f"avg_over_time({MODEL_QUEUE_SUM}[30m])"),
         Recording(NODE_QUEUE_SUM, f"sum by (node) ({engine.REQUESTS_WAITING.select()})"),

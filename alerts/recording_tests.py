@@ -46,8 +46,8 @@ def _sample(record: str, labels: Mapping[str, str], value: float) -> dict:
 def _quantile_cases() -> tuple[list, list]:
     """Two instances with different latency; quantiles by instance and by model."""
     series, tests = [], []
-    for signal, per_instance in ((request.TTFT, {"i1": {0.5: 3, 0.75: 1}, "i2": {0.25: 2, 1.0: 2}}),
-                                 (request.TPOT, {"i1": {0.05: 3, 0.1: 1}, "i2": {0.025: 2, 0.2: 2}})):
+    for signal, per_instance in ((request.TTFT, {"e1:8000": {0.5: 3, 0.75: 1}, "e2:8000": {0.25: 2, 1.0: 2}}),
+                                 (request.TPOT, {"e1:8000": {0.05: 3, 0.1: 1}, "e2:8000": {0.025: 2, 0.2: 2}})):
         for instance, per_second in per_instance.items():
             per_minute = {v: 60 * n for v, n in per_second.items()}
             series += histogram(signal, request_labels(instance), [(per_minute, MINUTES)])
@@ -93,7 +93,7 @@ def recording_test_file(limits: Limits, recording_rule_file: str) -> dict:
     one(rec.GATEWAY_QUEUE_SUM, model_pool, 7)
     one(rec.GATEWAY_QUEUE_AVG30M, model_pool, 7)
     tests.append({"expr": rec.INSTANCE_QUEUE_SUM, "eval_time": AT,
-                  "exp_samples": [_sample(rec.INSTANCE_QUEUE_SUM, {**model_pool, "target": t}, n)
+                  "exp_samples": [_sample(rec.INSTANCE_QUEUE_SUM, {**model_pool, "instance": t}, n)
                                   for t, n in (("e1:8000", 5), ("e2:8000", 6))]})
     one(rec.MODEL_QUEUE_SUM, model, 11)
     one(rec.MODEL_QUEUE_AVG30M, model, 11)
@@ -123,7 +123,7 @@ def recording_test_file(limits: Limits, recording_rule_file: str) -> dict:
                _rate(engine.PREFIX_CACHE_HITS, engine_labels(), 200)]
     tests.extend([_rounded(rec.RETRIES_PER_REQUEST, {}, 0.25),
                   _rounded(rec.REJECTION_RATIO, model, 0.25),
-                  _rounded(rec.CACHED_INPUT_RATIO, instance_labels("i1"), 0.25),
+                  _rounded(rec.CACHED_INPUT_RATIO, instance_labels("e1:8000"), 0.25),
                   _rounded(rec.PREFIX_HIT_RATIO, model, 0.25)])
 
     # GPU: bandwidth and SM activity averaged over 5 minutes and over the GPU's sources

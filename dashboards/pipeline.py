@@ -68,7 +68,7 @@ def _exporters(limits: Limits) -> list[core.Panel]:
     scrape_up = f'{SCRAPE_UP}{{job=~"{limits.exporter_jobs}"}}'
     sample_age = f"max by (node) ({gpu.COLLECTOR_SAMPLE_AGE.select()})"
     gpu_errors = f"sum by (node, call) ({gpu.COLLECTOR_ERRORS.rate()})"
-    engine_errors = f"sum by (target, reason) ({engine.SCRAPE_ERRORS.rate()})"
+    engine_errors = f"sum by (instance, reason) ({engine.SCRAPE_ERRORS.rate()})"
     cycle = f"max({engine.COLLECTION_DURATION.select()})"
     dropped = f"sum by (service, reason) ({request.SPANS_DROPPED.rate()})"
     items = f"sum by (service, item) ({request.SPAN_ITEMS_DROPPED.rate()})"
@@ -79,7 +79,7 @@ def _exporters(limits: Limits) -> list[core.Panel]:
                                f"({limits.exporter_jobs})."),
         timeseries("GPU collector: sample age", "s", [Q(sample_age, "{{node}}")]),
         timeseries("GPU collector: failed device calls", "ops", [Q(gpu_errors, "{{node}} {{call}}")]),
-        timeseries("Engine collector: scrape errors", "ops", [Q(engine_errors, "{{target}} {{reason}}")]),
+        timeseries("Engine collector: scrape errors", "ops", [Q(engine_errors, "{{instance}} {{reason}}")]),
         timeseries("Engine collector: collection cycle", "s", [Q(cycle, "cycle")]),
         timeseries("Tracing SDK: spans dropped before export", SPANS_PER_S, [Q(dropped, "{{service}} {{reason}}")]),
         timeseries("Tracing SDK: span items evicted", "ops", [Q(items, "{{service}} {{item}}")], width=12),

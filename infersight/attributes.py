@@ -29,7 +29,11 @@ CACHED_INPUT_TOKENS = "llm.usage.cached_input_tokens"
 TIMEOUT_KIND = "llm.timeout.kind"  # ttft, total, idle
 ERROR_TYPE = "error.type"  # OTel general convention
 
-# Where the request ran and how it was routed.
+# Where the request ran and how it was routed. The engine instance is its endpoint host:port
+# (DESIGN 10): ``llm.instance`` holds it as the metrics' ``instance`` label writes it, and
+# ``server.address``/``server.port`` (OTel general and GenAI conventions) split it.
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
 INSTANCE = "llm.instance"
 POOL = "llm.pool"
 ROUTING_STRATEGY = "llm.routing.strategy"  # round_robin, least_conn, equal_cost, cache_aware

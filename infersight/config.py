@@ -150,7 +150,8 @@ class Prometheus(Section):
 class EngineTarget(Section):
     url: str
     engine: Literal["auto", "vllm", "sglang", "tgi", "triton", "trtllm"] = "auto"
-    name: str | None = None
+    instance: str | None = Field(None, description="the `instance` label: the engine endpoint HOST:PORT the "
+                                                   "gateway routes to; default the URL's host:port")
     model: str | None = None
     pool: str | None = None
     node: str | None = None

@@ -50,6 +50,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CollectorRegistry
 
 from infersight import attributes as attr
+from infersight.instances import instance_attributes
 from infersight.instrumentation import sampling, timeline
 from infersight.instrumentation.metrics import RequestMetrics
 from infersight.instrumentation.propagation import extract_context, format_traceparent, inject_context
@@ -237,7 +238,7 @@ class RequestContext:
         self._relabel(instance, pool if pool is not None else self.pool,
                       strategy if strategy is not None else self.strategy)
         if self._recording:
-            route_attrs: dict[str, Any] = {attr.INSTANCE: instance, attr.RETRY_ATTEMPT: self.attempt}
+            route_attrs: dict[str, Any] = {**instance_attributes(instance), attr.RETRY_ATTEMPT: self.attempt}
             if self.strategy:
                 route_attrs[attr.ROUTING_STRATEGY] = self.strategy
             if self.pool:
@@ -274,7 +275,7 @@ class RequestContext:
         self._end_upstream(now_ns, None)
         if not self._recording:
             return
-        upstream_attrs: dict[str, Any] = {attr.INSTANCE: self.instance, attr.RETRY_ATTEMPT: self.attempt}
+        upstream_attrs: dict[str, Any] = {**instance_attributes(self.instance), attr.RETRY_ATTEMPT: self.attempt}
         if self._backoff_s is not None:
             upstream_attrs[attr.RETRY_BACKOFF_MS] = self._backoff_s * 1000.0
         self._upstream = self._tracer.otel.start_span(attr.SPAN_UPSTREAM, context=trace.set_span_in_context(self._span),
@@ -502,7 +503,6 @@ class RequestContext:
             attr.RETRY_ATTEMPT: self.attempt,
         }
         optional = {
-            attr.INSTANCE: self.instance or None,
             attr.POOL: self.pool or None,
             attr.ROUTING_STRATEGY: self.strategy or None,
             attr.ROUTING_ESTIMATED_FINISH_MS: self._route_estimate_ms,
@@ -525,6 +525,7 @@ class RequestContext:
             attr.TOKEN_OFFSETS_US: offsets,
         }
         values.update((key, value) for key, value in optional.items() if value is not None)
+        values.update(instance_attributes(self.instance))
         self._span.set_attributes(values)
         if outcome in ("error", "timeout", "rejected"):
             self._span.set_status(Status(StatusCode.ERROR, message or error_type))

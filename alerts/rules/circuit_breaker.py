@@ -26,8 +26,8 @@ def instance_p99_high(limits: Limits) -> Alert:
     def fleet(i1_target: float):
         obs = observations_near(buckets, 0.99, i1_target)
         ok = observations_near(buckets, 0.99, 0.3 * t)
-        series = [*histogram(request.TTFT, request_labels("i1"), [(obs, 30)]),
-                  *histogram(request.TTFT, request_labels("i2"), [(ok, 30)])]
+        series = [*histogram(request.TTFT, request_labels("e1:8000"), [(obs, 30)]),
+                  *histogram(request.TTFT, request_labels("e2:8000"), [(ok, 30)])]
         return series, quantile(buckets, obs, 0.99)
 
     firing, p99 = fleet(slow)
@@ -44,7 +44,7 @@ def instance_p99_high(limits: Limits) -> Alert:
         description=(f"p99 TTFT of instance {lab('instance')} ({lab('model')}, pool {lab('pool')}) is {val(2)}s, "
                      f"over {num(t)}s. Half-open its breaker: send it only low-priority traffic, do not eject it."),
         cases=[
-            Case("one slow instance among healthy ones", firing, 20, [Expected(instance_labels("i1"), p99)]),
+            Case("one slow instance among healthy ones", firing, 20, [Expected(instance_labels("e1:8000"), p99)]),
             Case("slow instance just under the limit", near, 20),
         ],
     )
@@ -111,7 +111,7 @@ def ejection_cascade(limits: Limits) -> Alert:
 
 def flapping(limits: Limits) -> Alert:
     t = limits.flaps_per_15m
-    labels = instance_labels("i1")
+    labels = instance_labels("e1:8000")
 
     def changes(count: int):
         minutes = [16 + i for i in range(count)]
@@ -145,7 +145,7 @@ def cold_start_thrash(limits: Limits) -> Alert:
     slow_bar = limits.ttft_p95_target_seconds
     buckets = request.TTFT.buckets
     at = math.ceil(limits.cold_start_minutes) + 10
-    labels = instance_labels("i1")
+    labels = instance_labels("e1:8000")
     slow = observations_near(buckets, 0.95, min(1.5 * slow_bar, (slow_bar + buckets[-1]) / 2))
     p95 = quantile(buckets, slow, 0.95)
     cached = round(0.5 * limits.cold_cache_hit_ratio * 1000)
@@ -155,9 +155,9 @@ def cold_start_thrash(limits: Limits) -> Alert:
         minutes = at + 5
         return [
             gauge(gateway.INSTANCE_START_TIME, labels, [(at * 60 - age_s, minutes)]),
-            *histogram(request.TTFT, request_labels("i1"), [(slow, minutes)]),
-            counter(request.INPUT_TOKENS, request_labels("i1"), [(1000, minutes)]),
-            counter(request.CACHED_INPUT_TOKENS, request_labels("i1"), [(cached, minutes)]),
+            *histogram(request.TTFT, request_labels("e1:8000"), [(slow, minutes)]),
+            counter(request.INPUT_TOKENS, request_labels("e1:8000"), [(1000, minutes)]),
+            counter(request.CACHED_INPUT_TOKENS, request_labels("e1:8000"), [(cached, minutes)]),
             steps(gateway.EJECTIONS, labels, minutes, [at - 3]),
             steps(gateway.STATE_TRANSITIONS, {**labels, "from_state": "healthy", "to_state": "ejected"},
                   minutes, [at - 3]),

@@ -9,6 +9,9 @@ MODEL = "m1"
 POOL = "stable"
 STRATEGY = "least_loaded"
 NODE = "n1"
+# One identity per engine instance (DESIGN 10): the endpoint host:port on request, engine and
+# gateway-health series alike.
+INSTANCE = "e1:8000"
 
 
 def lab(name: str) -> str:
@@ -29,16 +32,16 @@ def pct(ratio: float) -> str:
     return f"{num(ratio * 100)}%"
 
 
-def request_labels(instance: str = "i1", **extra: str) -> dict[str, str]:
+def request_labels(instance: str = INSTANCE, **extra: str) -> dict[str, str]:
     return {"model": MODEL, "instance": instance, "pool": POOL, "strategy": STRATEGY, **extra}
 
 
-def instance_labels(instance: str = "i1", **extra: str) -> dict[str, str]:
+def instance_labels(instance: str = INSTANCE, **extra: str) -> dict[str, str]:
     return {"model": MODEL, "instance": instance, "pool": POOL, **extra}
 
 
-def engine_labels(target: str = "e1:8000", **extra: str) -> dict[str, str]:
-    return {"target": target, "engine": "vllm", "model": MODEL, "pool": POOL, "node": NODE, "gpu": "0",
+def engine_labels(instance: str = INSTANCE, **extra: str) -> dict[str, str]:
+    return {"instance": instance, "engine": "vllm", "model": MODEL, "pool": POOL, "node": NODE, "gpu": "0",
             "dp_rank": "0", **extra}
 
 

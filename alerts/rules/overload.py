@@ -7,7 +7,18 @@ import math
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
-from infersight.alerts.rules.common import MODEL, PCT, POOL, engine_labels, lab, pct, request_labels, require, val
+from infersight.alerts.rules.common import (
+    INSTANCE,
+    MODEL,
+    PCT,
+    POOL,
+    engine_labels,
+    lab,
+    pct,
+    request_labels,
+    require,
+    val,
+)
 from infersight.alerts.series import counter, gauge
 from infersight.signals import engine, request
 
@@ -35,11 +46,11 @@ def instance_overloaded(limits: Limits) -> Alert:
         severity=Severity.WARNING,
         signal=SIGNAL,
         summary="An instance's queue is longer than it can drain.",
-        description=(f"Instance {lab('target')} ({lab('model')}, pool {lab('pool')}) has {val(0)} requests "
+        description=(f"Instance {lab('instance')} ({lab('model')}, pool {lab('pool')}) has {val(0)} requests "
                      f"waiting, more than {limit}: {_drain_note(limits)}. Route new requests elsewhere."),
         cases=[
             Case("one queue over twice the drain rate", queues(over), 15,
-                 [Expected({"model": MODEL, "pool": POOL, "target": "e1:8000"}, over)]),
+                 [Expected({"model": MODEL, "pool": POOL, "instance": INSTANCE}, over)]),
             Case("queue just under the limit", queues(near), 15),
         ],
     )

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Series, Severity, SignalClass
-from infersight.alerts.rules.common import PCT, lab, pct, require, val
+from infersight.alerts.rules.common import INSTANCE, PCT, lab, pct, require, val
 from infersight.alerts.series import counter, gauge, ramp
 from infersight.signals import engine, pipeline, request
 
@@ -134,7 +134,7 @@ def exporter_down(limits: Limits) -> Alert:
 
 
 def engine_target_down(limits: Limits) -> Alert:
-    labels = {"target": "http://e1:8000/metrics", "engine": "vllm"}
+    labels = {"instance": INSTANCE, "engine": "vllm"}
     return Alert(
         name="InfersightEngineTargetDown",
         expr=f"{engine.UP.select()} == 0",
@@ -142,7 +142,7 @@ def engine_target_down(limits: Limits) -> Alert:
         severity=Severity.WARNING,
         signal=SIGNAL,
         summary="The engine collector cannot scrape an engine.",
-        description=(f"The engine collector has failed to scrape {lab('target')} ({lab('engine')}) for 5 minutes. "
+        description=(f"The engine collector has failed to scrape {lab('instance')} ({lab('engine')}) for 5 minutes. "
                      "The engine may be down, or its /metrics too slow or malformed."),
         cases=[
             Case("engine unreachable", [gauge(engine.UP, labels, [(0, 20)])], 15, [Expected(labels, 0)]),

@@ -10,11 +10,22 @@ from __future__ import annotations
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
-from infersight.alerts.rules.common import MODEL, NODE, PCT, POOL, engine_labels, gpu_labels, lab, pct, require
+from infersight.alerts.rules.common import (
+    INSTANCE,
+    MODEL,
+    NODE,
+    PCT,
+    POOL,
+    engine_labels,
+    gpu_labels,
+    lab,
+    pct,
+    require,
+)
 from infersight.alerts.series import counter, gauge, ramp
 from infersight.signals import engine, gpu
 
-ON_TARGET = "on (model, pool, target)"
+ON_INSTANCE = "on (model, pool, instance)"
 
 
 def bandwidth_saturated(limits: Limits) -> Alert:
@@ -58,18 +69,18 @@ def kv_cache_near_full(limits: Limits) -> Alert:
 
     return Alert(
         name="LLMKVCacheNearFull",
-        expr=(f"max by (model, pool, target) ({engine.KV_CACHE_USAGE.select()}) > {num(t)}\n"
-              f"and {ON_TARGET} sum by (model, pool, target) ({engine.PREEMPTIONS.rate()}) > 0"),
+        expr=(f"max by (model, pool, instance) ({engine.KV_CACHE_USAGE.select()}) > {num(t)}\n"
+              f"and {ON_INSTANCE} sum by (model, pool, instance) ({engine.PREEMPTIONS.rate()}) > 0"),
         for_="5m",
         severity=Severity.WARNING,
         signal=SignalClass.CACHE,
         summary="KV cache is nearly full and the engine is preempting requests.",
-        description=(f"KV cache of {lab('target')} ({lab('model')}, pool {lab('pool')}) is {PCT} full "
+        description=(f"KV cache of {lab('instance')} ({lab('model')}, pool {lab('pool')}) is {PCT} full "
                      f"(threshold {pct(t)}) and the engine is preempting requests, which recomputes their "
                      "prefill. Lower max concurrency or context, or add instances."),
         cases=[
             Case("nearly full and preempting", engine_state(full, 3), 15,
-                 [Expected({"model": MODEL, "pool": POOL, "target": "e1:8000"}, full)]),
+                 [Expected({"model": MODEL, "pool": POOL, "instance": INSTANCE}, full)]),
             Case("just under the threshold while preempting", engine_state(near, 3), 15),
             Case("nearly full without preemptions", engine_state(full, 0), 15),
         ],

@@ -90,10 +90,11 @@ def _once(collector, fmt: str) -> int:
         sys.stdout.write(generate_latest(registry).decode())
     else:
         print(render([r.row() for r in cycle.results], fmt,
-                     ["target", "engine", "up", "series", "seconds", "error", "detail"]))
+                     ["instance", "engine", "up", "series", "seconds", "error", "detail"]))
     failed = [r for r in cycle.results if not r.up]
     for r in failed:
-        print(f"infersight: target {r.target.name} ({r.target.url}) failed: {r.reason}: {r.detail}", file=sys.stderr)
+        print(f"infersight: target {r.target.instance} ({r.target.url}) failed: {r.reason}: {r.detail}",
+              file=sys.stderr)
     return 1 if failed or cycle.file_sd_error else 0
 
 

@@ -42,7 +42,7 @@ class TargetResult:
         return self.normalized is not None
 
     def row(self) -> dict:
-        return {"target": self.target.name, "engine": self.engine, "up": int(self.up),
+        return {"instance": self.target.instance, "engine": self.engine, "up": int(self.up),
                 "series": self.normalized.series_count() if self.normalized else 0,
                 "seconds": round(self.seconds, 4), "error": self.reason or "", "detail": self.detail}
 
@@ -71,8 +71,8 @@ class EngineCollector(Collector):
         self._lock = threading.Lock()  # one cycle at a time, even when two scrapers ask at once
         self._errors: Counter[tuple[str, str]] = Counter()
         self._file_sd_reloads: Counter[str] = Counter()
-        self._engines: dict[str, str] = {}  # target name -> last detected engine, for a stable `up` label
-        self._states: dict[str, str | None] = {}  # target name -> last failure reason (None: up)
+        self._engines: dict[str, str] = {}  # instance -> last detected engine, for a stable `up` label
+        self._states: dict[str, str | None] = {}  # instance -> last failure reason (None: up)
 
     # -- targets ------------------------------------------------------------------------------
     def targets(self) -> list[Target]:
@@ -84,8 +84,8 @@ class EngineCollector(Collector):
             self._file_sd_reloads[outcome] += 1
             if outcome == "error" and self.log_changes:
                 log.warning("infersight: file_sd: %s (keeping the last good targets)", self.file_sd.last_error)
-        names = {t.name for t in self.static_targets}
-        return self.static_targets + [t for t in self.file_sd.targets if t.name not in names]
+        names = {t.instance for t in self.static_targets}
+        return self.static_targets + [t for t in self.file_sd.targets if t.instance not in names]
 
     # -- one cycle ----------------------------------------------------------------------------
     def run_cycle(self) -> CycleResult:
@@ -93,12 +93,12 @@ class EngineCollector(Collector):
             start = time.monotonic()
             targets = self.targets()
             results = list(self._pool.map(self._scrape, targets))
-            live = {t.name for t in targets}
+            live = {t.instance for t in targets}
             for key in [k for k in self._errors if k[0] not in live]:
                 del self._errors[key]  # a target removed from file_sd takes its counters with it
             for r in results:
                 if r.reason:
-                    self._errors[(r.target.name, r.reason)] += 1
+                    self._errors[(r.target.instance, r.reason)] += 1
                 if self.log_changes:
                     self._log_change(r)
             cycle = CycleResult(results, time.monotonic() - start,
@@ -108,24 +108,24 @@ class EngineCollector(Collector):
 
     def _scrape(self, target: Target) -> TargetResult:
         start = time.monotonic()
-        engine = target.fixed_engine or self._engines.get(target.name, "unknown")
+        engine = target.fixed_engine or self._engines.get(target.instance, "unknown")
         try:
             fetched = fetch(target.url, self.timeout, self.max_bytes)
             normalized = normalize(fetched.text, target.labels(), target.fixed_engine)
         except (ScrapeError, NormalizeError) as exc:
             return TargetResult(target, engine, time.monotonic() - start, reason=exc.reason, detail=str(exc))
-        self._engines[target.name] = normalized.engine
+        self._engines[target.instance] = normalized.engine
         return TargetResult(target, normalized.engine, time.monotonic() - start, normalized)
 
     def _log_change(self, r: TargetResult) -> None:
         """Log a target's state changes once, not every cycle."""
-        previous = self._states.get(r.target.name, None)
-        self._states[r.target.name] = r.reason
+        previous = self._states.get(r.target.instance, None)
+        self._states[r.target.instance] = r.reason
         if r.reason and r.reason != previous:
-            log.warning("infersight: engine target %s (%s) failed: %s: %s", r.target.name, r.target.url, r.reason,
+            log.warning("infersight: engine target %s (%s) failed: %s: %s", r.target.instance, r.target.url, r.reason,
                         r.detail)
         elif previous and not r.reason:
-            log.warning("infersight: engine target %s recovered", r.target.name)
+            log.warning("infersight: engine target %s recovered", r.target.instance)
 
     # -- exposition ---------------------------------------------------------------------------
     def describe(self) -> list:
@@ -148,12 +148,12 @@ class EngineCollector(Collector):
 
         up, duration, gpus = sig.UP.family(), sig.SCRAPE_DURATION.family(), sig.GPU_INFO.family()
         for r in cycle.results:
-            up.add_metric([r.target.name, r.engine], 1.0 if r.up else 0.0)
-            duration.add_metric([r.target.name, r.engine], r.seconds)
+            up.add_metric([r.target.instance, r.engine], 1.0 if r.up else 0.0)
+            duration.add_metric([r.target.instance, r.engine], r.seconds)
             t = r.target
             if r.normalized and t.node and t.gpu:
                 for index in filter(None, (g.strip() for g in t.gpu.split(","))):
-                    gpus.add_metric([t.name, r.engine, r.normalized.model, t.pool, t.node, index], 1.0)
+                    gpus.add_metric([t.instance, r.engine, r.normalized.model, t.pool, t.node, index], 1.0)
         if gpus.samples:
             families.append(gpus)
         errors = sig.SCRAPE_ERRORS.family()

@@ -36,7 +36,7 @@ class NormalizeError(ScrapeError):
 class TargetLabels:
     """The labels a target contributes to each of its series (from config, CLI or file_sd)."""
 
-    target: str
+    instance: str  # the engine endpoint host:port (DESIGN 10)
     pool: str = ""
     node: str = ""
     gpu: str = ""
@@ -179,7 +179,7 @@ class _Mapper:
             model = next((engine_labels[k] for k in self.spec.model_labels if engine_labels.get(k)),
                          self.default_model)
         dp_rank = engine_labels.get(self.spec.dp_label, "") if self.spec.dp_label else ""
-        out = {"target": t.target, "engine": self.spec.name, "model": model, "pool": t.pool, "node": t.node,
+        out = {"instance": t.instance, "engine": self.spec.name, "model": model, "pool": t.pool, "node": t.node,
                "gpu": t.gpu, "dp_rank": dp_rank}
         out.update(extra)
         return out

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from infersight.instances import instance_name
+
 from .engines import ENGINES
 from .normalize import TargetLabels
 
@@ -29,7 +31,9 @@ class TargetError(ValueError):
 class Target:
     url: str
     engine: str = "auto"  # or one of ENGINES
-    name: str = ""  # the `target` label; defaults to host:port (plus the path when not /metrics)
+    # The `instance` label (DESIGN 10): the engine endpoint host:port, the address the gateway routes
+    # to and its request metrics name; see default_instance.
+    instance: str = ""
     model: str = ""
     pool: str = ""
     node: str = ""
@@ -40,15 +44,15 @@ class Target:
         if self.engine not in ENGINE_CHOICES:
             raise TargetError(f"unknown engine {self.engine!r} for {self.url}; expected one of "
                               f"{', '.join(ENGINE_CHOICES)}")
-        if not self.name:
-            object.__setattr__(self, "name", default_name(self.url))
+        if not self.instance:
+            object.__setattr__(self, "instance", default_instance(self.url))
 
     @property
     def fixed_engine(self) -> str | None:
         return None if self.engine == "auto" else self.engine
 
     def labels(self) -> TargetLabels:
-        return TargetLabels(self.name, self.pool, self.node, self.gpu, self.model)
+        return TargetLabels(self.instance, self.pool, self.node, self.gpu, self.model)
 
 
 def check_url(url: str) -> str:
@@ -62,12 +66,18 @@ def check_url(url: str) -> str:
     return url
 
 
-def default_name(url: str) -> str:
+def default_instance(url: str) -> str:
+    """``host:port`` of the URL (the port defaulted from the scheme, as Prometheus does).
+
+    Engines serve /metrics on the port the gateway routes to, so this is the gateway's name for
+    the instance too. A metrics path other than /metrics is kept (``host:port/path``) so that two
+    exporters behind one port stay two instances; set ``instance`` to name them otherwise.
+    """
     parts = urllib.parse.urlsplit(url)
-    name = parts.netloc
+    instance = instance_name(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
     if parts.path not in ("", "/", "/metrics"):
-        name += parts.path
-    return name
+        instance += parts.path
+    return instance
 
 
 def parse_target_arg(spec: str) -> Target:
@@ -83,7 +93,7 @@ def from_config(engines_config) -> list[Target]:
     targets = []
     for i, t in enumerate(engines_config.targets):
         try:
-            targets.append(Target(url=t.url, engine=t.engine, name=t.name or "", model=t.model or "",
+            targets.append(Target(url=t.url, engine=t.engine, instance=t.instance or "", model=t.model or "",
                                   pool=t.pool or "", node=t.node or "", gpu=t.gpu or ""))
         except TargetError as exc:
             raise TargetError(f"engines.targets.{i}: {exc}") from None
@@ -93,17 +103,17 @@ def from_config(engines_config) -> list[Target]:
 def check_unique(targets: list[Target]) -> None:
     seen: dict[str, str] = {}
     for target in targets:
-        if target.name in seen:
-            raise TargetError(f"two targets named {target.name!r} ({seen[target.name]} and {target.url}); "
-                              "give one a distinct `name`")
-        seen[target.name] = target.url
+        if target.instance in seen:
+            raise TargetError(f"two targets with instance {target.instance!r} ({seen[target.instance]} and "
+                              f"{target.url}); give one a distinct `instance`")
+        seen[target.instance] = target.url
 
 
 def parse_file_sd(text: str, source: str) -> list[Target]:
     """Targets of a Prometheus file_sd document (JSON, or YAML for .yml/.yaml files).
 
-    Understood labels: ``__scheme__``, ``__metrics_path__``, ``engine``, ``model``, ``pool``,
-    ``node``, ``gpu``; other labels are ignored.
+    Understood labels: ``__scheme__``, ``__metrics_path__``, ``instance`` (default: the target's
+    HOST:PORT), ``engine``, ``model``, ``pool``, ``node``, ``gpu``; other labels are ignored.
     """
     try:
         data = yaml.safe_load(text) if source.endswith((".yml", ".yaml")) else json.loads(text)
@@ -127,6 +137,7 @@ def parse_file_sd(text: str, source: str) -> list[Target]:
                 raise TargetError(f"{where}: target {address!r} is not HOST:PORT")
             try:
                 targets.append(Target(url=f"{scheme}://{address}{path}", engine=labels.get("engine", "auto"),
+                                      instance=labels.get("instance", ""),
                                       model=labels.get("model", ""), pool=labels.get("pool", ""),
                                       node=labels.get("node", ""), gpu=labels.get("gpu", "")))
             except TargetError as exc:

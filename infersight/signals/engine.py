@@ -7,8 +7,11 @@ declared here are vLLM's and serve as the nominal set.
 from infersight.signals.catalog import Kind, declare
 
 PRODUCER = "collectors.engine"
-# target: the scraped endpoint; dp_rank: vLLM's data-parallel rank (its own `engine` label).
-ENGINE_LABELS = ("target", "engine", "model", "pool", "node", "gpu", "dp_rank")
+# instance: the engine endpoint host:port, the address the gateway routes to (DESIGN 10), the same
+# value the request metrics carry; served for Prometheus `honor_labels: true`, so it is exactly the
+# `instance` label a direct scrape of the engine would give. dp_rank: vLLM's data-parallel rank
+# (its own `engine` label).
+ENGINE_LABELS = ("instance", "engine", "model", "pool", "node", "gpu", "dp_rank")
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                    7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -17,12 +20,12 @@ TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5
 REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                            60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 
-UP = declare("llm_engine_up", Kind.GAUGE, "", ("target", "engine"),
+UP = declare("llm_engine_up", Kind.GAUGE, "", ("instance", "engine"),
              "1 if the last scrape of the engine target succeeded, else 0 (its series are then absent).",
              PRODUCER)
-SCRAPE_DURATION = declare("llm_engine_scrape_duration_seconds", Kind.GAUGE, "seconds", ("target", "engine"),
+SCRAPE_DURATION = declare("llm_engine_scrape_duration_seconds", Kind.GAUGE, "seconds", ("instance", "engine"),
                           "Duration of the last scrape of the engine target.", PRODUCER)
-SCRAPE_ERRORS = declare("infersight_engine_scrape_errors_total", Kind.COUNTER, "", ("target", "reason"),
+SCRAPE_ERRORS = declare("infersight_engine_scrape_errors_total", Kind.COUNTER, "", ("instance", "reason"),
                         "Failed engine scrapes by reason (down, timeout, malformed, too_large, http_status, "
                         "unrecognized: no series of a known engine).", PRODUCER)
 TARGETS = declare("infersight_engine_targets", Kind.GAUGE, "", (),
@@ -67,8 +70,9 @@ PREFILL_TIME = declare("llm_engine_prefill_time_seconds", Kind.HISTOGRAM, "secon
                        "Time requests spent in prefill.", PRODUCER, REQUEST_LATENCY_BUCKETS)
 DECODE_TIME = declare("llm_engine_decode_time_seconds", Kind.HISTOGRAM, "seconds", ENGINE_LABELS,
                       "Time requests spent in decode.", PRODUCER, REQUEST_LATENCY_BUCKETS)
-GPU_INFO = declare("llm_engine_gpu_info", Kind.GAUGE, "", ("target", "engine", "model", "pool", "node", "gpu"),
-                   "1 for each GPU an engine target runs on (its configured node and gpu list), while the "
-                   "target is up: join with gpu_* series, e.g. "
+GPU_INFO = declare("llm_engine_gpu_info", Kind.GAUGE, "", ("instance", "engine", "model", "pool", "node", "gpu"),
+                   "1 for each GPU an engine instance runs on (its configured node and gpu list), while the "
+                   "target is up: joins gpu_* series (on node, gpu) with engine and request series (on "
+                   "instance), e.g. "
                    "llm_engine_gpu_info * on (node, gpu) group_left rate(gpu_energy_joules_total[5m]).",
                    PRODUCER)

@@ -14,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from yarl import URL
 
+from infersight.instances import instance_name
 from infersight.instrumentation.proxy import errors, passthrough
 from infersight.instrumentation.proxy.deadlines import Timeouts
 from infersight.instrumentation.proxy.exchange import INSTRUMENTED_PATHS, Exchange
@@ -51,8 +52,8 @@ class ProxyContext:
 
     @property
     def upstream_label(self) -> str:
-        """``host:port`` of the upstream: the ``instance`` label of the proxy's metrics."""
-        return f"{self.upstream.host}:{self.upstream.port}"
+        """``host:port`` of the upstream: the ``instance`` of the proxy's metrics and spans (DESIGN 10)."""
+        return instance_name(self.upstream.host or "", self.upstream.port or 80)
 
     def upstream_url(self, request: web.Request) -> URL:
         # raw_path keeps the client's encoding and query string exactly as sent.

@@ -64,13 +64,13 @@ def test_inhibitions_live(alertmanager):
     inhibited = [
         _alert("LLMInstanceTTFTP99High", "warning", cb, cluster="c1", model="m1", instance="i1", pool="stable"),
         _alert("LLMColdStartThrash", "warning", cb, cluster="c1", model="m2", instance="i7", pool="stable"),
-        _alert("LLMInstanceOverloaded", "warning", ov, cluster="c1", model="m1", pool="stable", target="e1:8000"),
+        _alert("LLMInstanceOverloaded", "warning", ov, cluster="c1", model="m1", pool="stable", instance="e1:8000"),
         _alert("GPUXidError", "warning", gpu, cluster="c1", node="n1", gpu="0", xid="13"),
     ]
     active = [
         # same alerts in another cluster, for another model, on another GPU: not explained by the sources
         _alert("LLMInstanceTTFTP99High", "warning", cb, cluster="c2", model="m1", instance="i1", pool="stable"),
-        _alert("LLMInstanceOverloaded", "warning", ov, cluster="c1", model="m2", pool="stable", target="e9:8000"),
+        _alert("LLMInstanceOverloaded", "warning", ov, cluster="c1", model="m2", pool="stable", instance="e9:8000"),
         _alert("GPUXidError", "warning", gpu, cluster="c1", node="n2", gpu="0", xid="13"),
         # a warning of another alert on the same GPU is not silenced by the XID page
         _alert("GPUThrottled", "warning", gpu, cluster="c1", node="n1", gpu="0", reason="hw_thermal"),

@@ -47,5 +47,5 @@ def test_prometheus_loads_and_evaluates_every_rule(default_build, exporter, prom
     assert broken == []
     # recorded from live data: sums, ratios and quantiles
     assert prom.query(rec.GATEWAY_QUEUE_SUM)[0]["value"][1] == "1"
-    assert prom.query(rec.INSTANCE_QUEUE_SUM)[0]["metric"]["target"] == "x"
+    assert prom.query(rec.INSTANCE_QUEUE_SUM)[0]["metric"]["instance"] == "x"
     assert prom.wait_for(rec.TTFT_P99_BY_INSTANCE, timeout=10)

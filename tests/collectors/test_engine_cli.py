@@ -37,7 +37,7 @@ def test_once_json_status_and_exit_code_on_failure(server, capsys):
                "--once", "--format", "json", "--timeout", "1"])
     captured = capsys.readouterr()
     assert rc == 1
-    rows = {row["target"]: row for row in json.loads(captured.out)}
+    rows = {row["instance"]: row for row in json.loads(captured.out)}
     assert rows[f"127.0.0.1:{server.port}"]["up"] == 1 and rows[f"127.0.0.1:{server.port}"]["engine"] == "vllm"
     assert rows["127.0.0.1:1"]["up"] == 0 and rows["127.0.0.1:1"]["error"] == "down"
     assert "127.0.0.1:1" in captured.err and "down" in captured.err
@@ -45,13 +45,13 @@ def test_once_json_status_and_exit_code_on_failure(server, capsys):
 
 def test_targets_from_the_config_file(server, tmp_path, capsys):
     config = tmp_path / "infersight.yaml"
-    config.write_text(f"engines:\n  targets:\n    - {{url: '{server.url('/metrics')}', name: gpu-node-7, pool: canary,"
-                      " node: n7, gpu: '0,1'}\n")
+    config.write_text(f"engines:\n  targets:\n    - {{url: '{server.url('/metrics')}', instance: gpu-node-7:8000,"
+                      " pool: canary, node: n7, gpu: '0,1'}\n")
     assert main(["--config", str(config), "collect", "engine", "--once"]) == 0
     samples = [s for f in text_string_to_metric_families(capsys.readouterr().out) for s in f.samples
                if s.name == sig.REQUESTS_WAITING.name]
-    assert [(s.labels["target"], s.labels["pool"], s.labels["node"], s.labels["gpu"]) for s in samples] == [
-        ("gpu-node-7", "canary", "n7", "0,1")]
+    assert [(s.labels["instance"], s.labels["pool"], s.labels["node"], s.labels["gpu"]) for s in samples] == [
+        ("gpu-node-7:8000", "canary", "n7", "0,1")]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -59,7 +59,7 @@ def test_targets_from_the_config_file(server, tmp_path, capsys):
     (["--target", "mystery=http://h:1/metrics"], "unknown engine 'mystery'"),
     (["--target", "vllm=h:8000/metrics"], "not an http(s) URL"),
     (["--target", "http://h:99999/metrics"], "invalid port"),
-    (["--target", "http://a:1/metrics", "--target", "http://a:1/metrics"], "two targets named"),
+    (["--target", "http://a:1/metrics", "--target", "http://a:1/metrics"], "two targets with instance"),
     (["--target", "http://a:1/metrics", "--timeout", "0"], "must be positive"),
     (["--target", "http://a:1/metrics", "--listen", "nowhere"], "expected HOST:PORT"),
 ])
@@ -81,9 +81,14 @@ def test_bad_target_in_config_names_the_key(tmp_path, capsys):
 def test_target_argument_forms():
     assert parse_target_arg("vllm=http://h:8000/metrics").engine == "vllm"
     auto = parse_target_arg("http://h:8000/metrics?a=b")
-    assert auto.engine == "auto" and auto.url == "http://h:8000/metrics?a=b" and auto.name == "h:8000"
+    assert auto.engine == "auto" and auto.url == "http://h:8000/metrics?a=b" and auto.instance == "h:8000"
     assert parse_target_arg("TGI=http://h:80/metrics").engine == "tgi"
-    assert parse_target_arg("http://h:80/prometheus/metrics").name == "h:80/prometheus/metrics"
+    assert parse_target_arg("http://h:80/prometheus/metrics").instance == "h:80/prometheus/metrics"
+    # The instance is the endpoint host:port (DESIGN 10): the port defaulted as Prometheus does,
+    # no credentials, IPv6 bracketed.
+    assert parse_target_arg("https://u:pw@h/metrics").instance == "h:443"
+    assert parse_target_arg("http://h/metrics").instance == "h:80"
+    assert parse_target_arg("http://[::1]:8000/metrics").instance == "[::1]:8000"
 
 
 def test_file_sd_parsing_and_errors():
@@ -93,12 +98,14 @@ def test_file_sd_parsing_and_errors():
     assert [t.url for t in targets] == ["https://a:1/prometheus/metrics", "https://b:2/prometheus/metrics"]
     assert {t.engine for t in targets} == {"trtllm"} and {t.node for t in targets} == {"n2"}
     yaml_targets = parse_file_sd("- targets: ['c:3']\n  labels: {pool: canary}\n", "sd.yml")
-    assert yaml_targets[0].pool == "canary"
+    assert yaml_targets[0].pool == "canary" and yaml_targets[0].instance == "c:3"
+    named = parse_file_sd('[{"targets": ["10.0.0.5:9400"], "labels": {"instance": "10.0.0.5:8000"}}]', "sd.json")
+    assert named[0].instance == "10.0.0.5:8000"  # a metrics sidecar named after the engine port it serves
     for text, message in [("{}", "expected a list"), ('[{"labels": {}}]', "group 0"),
                           ('[{"targets": ["http://a:1/metrics"]}]', "not HOST:PORT"),
                           ('[{"targets": ["a:1"], "labels": {"engine": "x"}}]', "unknown engine"),
                           ('[{"targets": ["a:1"], "labels": {"pool": 3}}]', "string values"),
-                          ('[{"targets": ["a:1", "a:1"]}]', "two targets named")]:
+                          ('[{"targets": ["a:1", "a:1"]}]', "two targets with instance")]:
         with pytest.raises(TargetError, match=message):
             parse_file_sd(text, "sd.json")
 
@@ -106,4 +113,4 @@ def test_file_sd_parsing_and_errors():
 def test_once_with_a_missing_file_sd_says_so(tmp_path, capsys):
     assert main(["collect", "engine", "--file-sd", str(tmp_path / "absent.json"), "--once", "--format", "csv"]) == 1
     captured = capsys.readouterr()
-    assert "absent.json" in captured.err and captured.out.strip() == "target,engine,up,series,seconds,error,detail"
+    assert "absent.json" in captured.err and captured.out.strip() == "instance,engine,up,series,seconds,error,detail"

@@ -39,26 +39,26 @@ def exposition(collector: EngineCollector) -> dict[str, list]:
 
 
 def by_target(samples, name: str) -> dict[str, float]:
-    return {s.labels["target"]: s.value for s in samples.get(name, [])}
+    return {s.labels["instance"]: s.value for s in samples.get(name, [])}
 
 
 def test_each_failure_is_isolated_and_reported(server):
     targets = [
-        Target(server.add("/vllm", VLLM), engine="vllm", name="good-vllm", pool="stable", node="n1", gpu="0"),
-        Target(server.add("/sglang", SGLANG), name="good-sglang"),  # engine auto-detected
-        Target(server.add("/slow", VLLM, delay=5), name="slow"),
-        Target(server.add("/trickle", VLLM, trickle=0.05), name="trickle"),
-        Target(server.add("/garbage", "<html>oops</html>"), name="garbage"),
-        Target(server.add("/error", "internal error", status=500), name="http500"),
-        Target(server.add("/huge", VLLM * 20), name="huge"),
-        Target(server.add("/binary", b"\xff\xfe\x00garbage"), name="binary"),
-        Target(server.add("/node", "# TYPE node_load1 gauge\nnode_load1 1\n"), name="not-an-engine"),
-        Target("http://127.0.0.1:1/metrics", name="refused"),
+        Target(server.add("/vllm", VLLM), engine="vllm", instance="good-vllm", pool="stable", node="n1", gpu="0"),
+        Target(server.add("/sglang", SGLANG), instance="good-sglang"),  # engine auto-detected
+        Target(server.add("/slow", VLLM, delay=5), instance="slow"),
+        Target(server.add("/trickle", VLLM, trickle=0.05), instance="trickle"),
+        Target(server.add("/garbage", "<html>oops</html>"), instance="garbage"),
+        Target(server.add("/error", "internal error", status=500), instance="http500"),
+        Target(server.add("/huge", VLLM * 20), instance="huge"),
+        Target(server.add("/binary", b"\xff\xfe\x00garbage"), instance="binary"),
+        Target(server.add("/node", "# TYPE node_load1 gauge\nnode_load1 1\n"), instance="not-an-engine"),
+        Target("http://127.0.0.1:1/metrics", instance="refused"),
     ]
     collector = EngineCollector(targets, timeout=1.0, max_bytes=len(VLLM) * 2)
     try:
         cycle = collector.run_cycle()
-        reasons = {r.target.name: r.reason for r in cycle.results}
+        reasons = {r.target.instance: r.reason for r in cycle.results}
         assert reasons == {"good-vllm": None, "good-sglang": None, "slow": "timeout", "trickle": "timeout",
                            "garbage": "malformed", "http500": "http_status", "huge": "too_large",
                            "binary": "malformed", "not-an-engine": "unrecognized", "refused": "down"}
@@ -67,30 +67,30 @@ def test_each_failure_is_isolated_and_reported(server):
         collector.close()
     up = by_target(samples, sig.UP.name)
     assert up == {name: (1.0 if name.startswith("good") else 0.0) for name in reasons}
-    engines = {s.labels["target"]: s.labels["engine"] for s in samples[sig.UP.name]}
+    engines = {s.labels["instance"]: s.labels["engine"] for s in samples[sig.UP.name]}
     assert engines["good-vllm"] == "vllm" and engines["good-sglang"] == "sglang" and engines["refused"] == "unknown"
     # Only the good targets have series; a failed target has none at all.
     for name, series in samples.items():
         if name.startswith("llm_") and not name.startswith(("llm_engine_up", "llm_engine_scrape")):
-            assert {s.labels["target"] for s in series} <= {"good-vllm", "good-sglang"}, name
+            assert {s.labels["instance"] for s in series} <= {"good-vllm", "good-sglang"}, name
     running = by_target(samples, sig.REQUESTS_RUNNING.name)
     assert running == {"good-vllm": 3.0, "good-sglang": 162.0}
-    labels = next(s.labels for s in samples[sig.REQUESTS_RUNNING.name] if s.labels["target"] == "good-vllm")
+    labels = next(s.labels for s in samples[sig.REQUESTS_RUNNING.name] if s.labels["instance"] == "good-vllm")
     assert (labels["pool"], labels["node"], labels["gpu"], labels["dp_rank"]) == ("stable", "n1", "0", "0")
-    errors = {(s.labels["target"], s.labels["reason"]): s.value for s in samples[sig.SCRAPE_ERRORS.name]}
+    errors = {(s.labels["instance"], s.labels["reason"]): s.value for s in samples[sig.SCRAPE_ERRORS.name]}
     assert errors[("slow", "timeout")] == 2 and errors[("refused", "down")] == 2  # two cycles
     assert not any(target.startswith("good") for target, _ in errors)
     assert samples[sig.TARGETS.name][0].value == len(targets)
     # Only a live target with node and gpu configured gets its GPU-join series.
-    assert [(s.labels["target"], s.labels["node"], s.labels["gpu"], s.labels["model"])
+    assert [(s.labels["instance"], s.labels["node"], s.labels["gpu"], s.labels["model"])
             for s in samples[sig.GPU_INFO.name]] == [("good-vllm", "n1", "0", "Qwen/Qwen3-8B")]
     assert set(by_target(samples, sig.SCRAPE_DURATION.name)) == set(reasons)
 
 
 def test_a_target_that_disappears_loses_its_series(server):
     vanishing = EngineServer()
-    targets = [Target(server.add("/vllm", VLLM), name="stays"),
-               Target(vanishing.add("/vllm", VLLM), name="goes")]
+    targets = [Target(server.add("/vllm", VLLM), instance="stays"),
+               Target(vanishing.add("/vllm", VLLM), instance="goes")]
     collector = EngineCollector(targets, timeout=1)
     try:
         first = exposition(collector)
@@ -101,7 +101,7 @@ def test_a_target_that_disappears_loses_its_series(server):
         collector.close()
     assert by_target(second, sig.UP.name) == {"stays": 1.0, "goes": 0.0}
     assert by_target(second, sig.KV_CACHE_USAGE.name) == {"stays": 0.1875}
-    ttft = {s.labels["target"] for s in second[sig.TTFT.name + "_bucket"]}
+    ttft = {s.labels["instance"] for s in second[sig.TTFT.name + "_bucket"]}
     assert ttft == {"stays"}
     # The engine label of `up` stays what it was while the target was healthy.
     assert {s.labels["engine"] for s in second[sig.UP.name]} == {"vllm"}
@@ -119,7 +119,7 @@ def test_file_sd_is_reloaded_when_it_changes(server, tmp_path):
         os.utime(sd, ns=(sd.stat().st_mtime_ns + 10**9,) * 2)  # a visible change even within one mtime tick
 
     write([{"targets": [f"127.0.0.1:{server.port}"], "labels": {"engine": "vllm", "pool": "canary", "job": "x"}}])
-    static = Target(other.url("/metrics"), name="static")
+    static = Target(other.url("/metrics"), instance="static")
     collector = EngineCollector([static], file_sd=str(sd), timeout=1)
     try:
         first = exposition(collector)
@@ -159,9 +159,9 @@ def test_file_sd_without_changes_is_not_reparsed(server, tmp_path):
         collector.close()
 
 
-def test_duplicate_static_names_are_refused():
-    with pytest.raises(TargetError, match="two targets named"):
-        EngineCollector([Target("http://a:1/metrics", name="x"), Target("http://b:1/metrics", name="x")])
+def test_duplicate_static_instances_are_refused():
+    with pytest.raises(TargetError, match="two targets with instance .x."):
+        EngineCollector([Target("http://a:1/metrics", instance="x"), Target("http://b:1/metrics", instance="x")])
 
 
 def test_our_exposition_is_strict_openmetrics_whatever_the_engines_send(server):
@@ -171,7 +171,7 @@ def test_our_exposition_is_strict_openmetrics_whatever_the_engines_send(server):
     from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_parse
 
     fixtures = sorted(p for p in (FIXTURES / "metrics").glob("*.txt") if not p.name.startswith("dcgm"))
-    targets = [Target(server.add(f"/{p.stem}", p.read_text()), name=p.stem) for p in fixtures]
+    targets = [Target(server.add(f"/{p.stem}", p.read_text()), instance=p.stem) for p in fixtures]
     collector = EngineCollector(targets, timeout=2)
     registry = CollectorRegistry()
     registry.register(collector)
@@ -179,13 +179,13 @@ def test_our_exposition_is_strict_openmetrics_whatever_the_engines_send(server):
         families = list(openmetrics_parse(openmetrics_latest(registry).decode()))
     finally:
         collector.close()
-    up = {s.labels["target"]: s.value for f in families if f.name == sig.UP.name for s in f.samples}
+    up = {s.labels["instance"]: s.value for f in families if f.name == sig.UP.name for s in f.samples}
     assert up == {p.stem: 1.0 for p in fixtures}
 
 
 def test_state_changes_are_logged_once(server, caplog):
     url = server.add("/flaky", VLLM)
-    collector = EngineCollector([Target(url, name="flaky")], timeout=1)
+    collector = EngineCollector([Target(url, instance="flaky")], timeout=1)
     try:
         with caplog.at_level("WARNING", logger="infersight.collectors.engine.collector"):
             collector.run_cycle()

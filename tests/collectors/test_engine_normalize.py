@@ -61,8 +61,8 @@ def test_vllm_labels_target_model_dp_rank_and_config():
     result = normalize(fixture("vllm_metrics_sample.txt"), LABELS)
     for samples in result.samples.values():
         for s in samples:
-            assert {k: s.labels[k] for k in ("target", "engine", "model", "pool", "node", "gpu", "dp_rank")} == {
-                "target": "n1:8000", "engine": "vllm", "model": "Qwen/Qwen3-8B", "pool": "canary", "node": "n1",
+            assert {k: s.labels[k] for k in ("instance", "engine", "model", "pool", "node", "gpu", "dp_rank")} == {
+                "instance": "n1:8000", "engine": "vllm", "model": "Qwen/Qwen3-8B", "pool": "canary", "node": "n1",
                 "gpu": "0,1", "dp_rank": "0"}, s
             assert "model_name" not in s.labels and "finished_reason" not in s.labels
     overridden = normalize(fixture("vllm_metrics_sample.txt"), TargetLabels("t", model="qwen3"))

@@ -62,7 +62,7 @@ def test_prometheus_computes_hit_rate_and_energy_per_token(engines, collector, g
     prom = prometheus_server([f"127.0.0.1:{collector}", f"127.0.0.1:{gpu_port}"])
     hits, queries = sig.PREFIX_CACHE_HITS, sig.PREFIX_CACHE_QUERIES
     # The recording-rule shape: a ratio of rates, token-weighted, per target.
-    hit_rate = f"sum by (target) ({hits.rate('30s')}) / sum by (target) ({queries.rate('30s')})"
+    hit_rate = f"sum by (instance) ({hits.rate('30s')}) / sum by (instance) ({queries.rate('30s')})"
     assert first_number(prom, hit_rate) == pytest.approx(0.5), prom.log()[-2000:]
     # Energy per generated token, joined on `node` with the GPU collector's series. Wait until both
     # counters are well older than the 5s window: rate() extrapolates a series younger than its
@@ -77,18 +77,18 @@ def test_prometheus_computes_hit_rate_and_energy_per_token(engines, collector, g
     assert first_number(prom, f"{energy} / {tokens}") == pytest.approx(joules_per_token, rel=0.1)
     # Per engine target, through the GPU list it runs on (llm_engine_gpu_info on the "many" side,
     # so GPUs shared by several targets still join).
-    target_energy = (f"sum by (target) ({sig.GPU_INFO.select()} * on (node, gpu) group_left "
+    target_energy = (f"sum by (instance) ({sig.GPU_INFO.select()} * on (node, gpu) group_left "
                      f"rate({gpu.ENERGY.select()}[5s]))")
-    target_tokens = f"sum by (target) (rate({sig.GENERATION_TOKENS.select()}[5s]))"
+    target_tokens = f"sum by (instance) (rate({sig.GENERATION_TOKENS.select()}[5s]))"
     assert first_number(prom, f"{target_energy} / {target_tokens}") == pytest.approx(joules_per_token, rel=0.1)
 
-    up = {r["metric"]["target"]: r["value"][1] for r in prom.wait_for(sig.UP.select())}
+    up = {r["metric"]["instance"]: r["value"][1] for r in prom.wait_for(sig.UP.select())}
     assert up == {f"127.0.0.1:{engines.port}/live": "1", "127.0.0.1:1": "0"}
     running = prom.wait_for(sig.REQUESTS_RUNNING.select())[0]["metric"]
     assert (running["engine"], running["node"], running["gpu"], running["dp_rank"]) == ("vllm", "n1", "0,1", "0")
     # The failed target has no series, only its `up` and error counter.
-    assert prom.query(sig.KV_CACHE_USAGE.select(target="127.0.0.1:1")) == []
-    errors = prom.wait_for(sig.SCRAPE_ERRORS.select(target="127.0.0.1:1"))
+    assert prom.query(sig.KV_CACHE_USAGE.select(instance="127.0.0.1:1")) == []
+    errors = prom.wait_for(sig.SCRAPE_ERRORS.select(instance="127.0.0.1:1"))
     assert errors[0]["metric"]["reason"] == "down"
     p95 = prom.wait_for(sig.TTFT.quantile(0.95, ["model"], window="1m"))
     assert p95[0]["metric"]["model"] == "Qwen/Qwen3-8B"

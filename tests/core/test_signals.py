@@ -76,3 +76,17 @@ def test_register_exposes_catalog_names():
     exposed = {sample.name for fam in text_string_to_metric_families(text) for sample in fam.samples}
     assert {"llm_time_to_first_token_seconds_bucket", "llm_retries_total", "llm_gateway_queue_depth"} <= exposed
     assert 'le="0.25"' in text
+
+
+def test_one_instance_label_on_every_per_instance_signal():
+    """DESIGN 10: engine, request and gateway-health series name an engine instance by the same
+    label, so one `on (instance)` joins them; no signal keeps the old `target` label."""
+    per_instance = [s for s in signals.all_signals() if s.producer.startswith(("collectors.engine", "instrumentation"))
+                    and ("model" in s.labels or s.name == signals.engine.UP.name)]
+    assert signals.engine.REQUESTS_WAITING in per_instance and signals.request.TTFT in per_instance
+    assert signals.gateway.EJECTIONS in per_instance and signals.engine.GPU_INFO in per_instance
+    missing = [s.name for s in per_instance if "instance" not in s.labels and s.name != signals.engine.UP.name]
+    # The gateway's queue is in front of every instance; timelines are counted per model.
+    assert sorted(missing) == sorted([signals.gateway.QUEUE_DEPTH.name, signals.request.TIMELINES_KEPT.name])
+    assert "instance" in signals.engine.UP.labels
+    assert [s.name for s in signals.all_signals() if "target" in s.labels] == []

@@ -89,7 +89,7 @@ class LiveFleet:
                           gpu="0"),
                    Target(url=self.engines.add("/sglang", sglang), engine="sglang", pool="canary", node=NODE,
                           gpu="1"),
-                   Target(url="http://127.0.0.1:1/metrics", engine="vllm", name="refused:1")]
+                   Target(url="http://127.0.0.1:1/metrics", engine="vllm", instance="refused:1")]
         self.collector = EngineCollector(targets, timeout=1.0, log_changes=False)
         registry = CollectorRegistry()
         registry.register(self.collector)

@@ -57,6 +57,8 @@ def test_streaming_chat_passes_bytes_and_records_tokens(stack, client):
     # Tokens were 10 ms apart at the engine; the proxy's timestamps must show that spacing.
     assert attributes[attr.TOKEN_GAP_MEAN_MS] >= 5
     assert attributes[attr.INSTANCE] == stack.engine_url.removeprefix("http://")
+    host, port = stack.engine_url.removeprefix("http://").rsplit(":", 1)
+    assert attributes[attr.SERVER_ADDRESS] == host and attributes[attr.SERVER_PORT] == int(port)
 
 
 def test_openai_client_reads_the_stream_through_the_proxy(stack, client):

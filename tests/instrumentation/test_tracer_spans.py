@@ -65,6 +65,8 @@ def test_gateway_span_tree_and_genai_attributes():
     assert tuple(a[attr.GEN_AI_RESPONSE_FINISH_REASONS]) == ("stop",)
     assert a[attr.REQUEST_OUTCOME] == "success"
     assert a[attr.INSTANCE] == "10.0.0.7:8000" and a[attr.POOL] == "stable"
+    # One identity per instance (DESIGN 10): the endpoint split as the GenAI conventions want it.
+    assert a[attr.SERVER_ADDRESS] == "10.0.0.7" and a[attr.SERVER_PORT] == 8000
     assert a[attr.ROUTING_STRATEGY] == "cache_aware"
     assert a[attr.REQUEST_ID] == summary.trace_id == f"{request_span.context.trace_id:032x}"
     assert a[attr.QUEUE_MS] >= 20.0 and a[attr.TTFT_MS] >= a[attr.QUEUE_MS]
@@ -80,6 +82,9 @@ def test_gateway_span_tree_and_genai_attributes():
     assert [c["instance"] for c in candidates] == ["10.0.0.7:8000", "10.0.0.8:8000"]
     assert candidates[1] == {"instance": "10.0.0.8:8000", "score": 0.7, "est_finish_ms": 1900.0, "cache_ratio": 0.1}
     assert upstream.attributes[attr.RETRY_ATTEMPT] == 0
+    assert (upstream.attributes[attr.INSTANCE], upstream.attributes[attr.SERVER_ADDRESS],
+            upstream.attributes[attr.SERVER_PORT]) == ("10.0.0.7:8000", "10.0.0.7", 8000)
+    assert (r[attr.SERVER_ADDRESS], r[attr.SERVER_PORT]) == ("10.0.0.7", 8000)
 
     # The injected traceparent names the upstream span: that is where the engine's span hangs.
     flags = f"{int(upstream.context.trace_flags):02x}"
