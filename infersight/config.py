@@ -179,8 +179,26 @@ class SimGPUs(Section):
         return value
 
 
+class DcgmSource(Section):
+    url: str = Field(description="a dcgm-exporter /metrics URL, e.g. http://10.0.0.5:9400/metrics")
+    node: str | None = Field(None, description="the node label; default: the exporter's hostname label")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("expected a URL like http://10.0.0.5:9400/metrics")
+        return value
+
+
+class Dcgm(Section):
+    sources: list[DcgmSource] = Field(default_factory=list, description="dcgm-exporters to read (backend dcgm)")
+    timeout_seconds: float = Field(2.0, gt=0, description="per-source scrape deadline")
+    max_bytes: int = Field(8 * 1024 * 1024, gt=0, description="per-source body limit")
+
+
 class GPUs(Section):
-    backend: Literal["nvml", "sim"] = "nvml"
+    backend: Literal["nvml", "sim", "dcgm"] = "nvml"
     node: str | None = Field(None, description="the node label; defaults to the host name")
     sample_interval_seconds: float = Field(1.0, gt=0, le=60, description="background sampling and GPM window")
     stale_after_seconds: float | None = Field(None, gt=0, description="older samples read as down; "
@@ -189,6 +207,7 @@ class GPUs(Section):
     otlp_protocol: Literal["http", "grpc"] = "http"
     otlp_interval_seconds: float = Field(10.0, gt=0)
     sim: SimGPUs = SimGPUs()
+    dcgm: Dcgm = Dcgm()
 
     @field_validator("otlp_endpoint")
     @classmethod

@@ -11,10 +11,9 @@ from infersight.alerts.series import gauge, steps
 from infersight.signals import gpu
 
 SIGNAL = SignalClass.GPU
-# XIDs after which the GPU must be drained and reset: 48 double-bit ECC error, 79 fallen off the
-# bus, 95 uncontained ECC error. Others (13 graphics engine exception, 31 MMU fault, ...) are
-# usually one bad kernel or job: a ticket.
-CRITICAL_XIDS = ("48", "79", "95")
+# XIDs after which the GPU must be drained and reset (gpu.PAGING_XIDS). Others (13 graphics engine
+# exception, 31 MMU fault, ...) are usually one bad kernel or job: a ticket.
+CRITICAL_XIDS = gpu.PAGING_XIDS
 THROTTLE_REASONS = ("hw_thermal", "sw_thermal", "hw_power_brake", "hw_slowdown")
 DEVICE = gpu.DEVICE_LABELS
 

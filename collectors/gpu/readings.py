@@ -28,6 +28,7 @@ CLOCK_EVENT_REASONS = (
 # Values of the `source` label on gpu_memory_bandwidth_utilization_ratio.
 SOURCE_GPM = "gpm"
 SOURCE_NVML_BUSY = "nvml_busy"
+SOURCE_DCGM = "dcgm"  # dcgm-exporter's DCGM_FI_PROF_DRAM_ACTIVE (collectors/gpu/dcgm.py)
 
 
 class DeviceError(Exception):

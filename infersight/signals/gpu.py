@@ -12,6 +12,12 @@ from infersight.signals.catalog import Kind, declare
 
 PRODUCER = "collectors.gpu"
 DEVICE_LABELS = ("node", "gpu", "uuid", "gpu_model")
+# Kubernetes attribution of a GPU to the pod using it (dcgm-exporter's pod mapper): only on gpu_pod_info.
+POD_LABELS = ("namespace", "pod", "container")
+# XIDs after which the GPU must be drained and reset: 48 double-bit ECC error, 79 fallen off the bus,
+# 95 uncontained ECC error. Producers create their series at 0 where they can, so that a first event
+# shows as an increase; the GPU alerts page on these and ticket the others.
+PAGING_XIDS = ("48", "79", "95")
 
 UP = declare("gpu_up", Kind.GAUGE, "", DEVICE_LABELS,
              "1 if the GPU answered the last sample, 0 if it failed or the sample is stale (its device readings "
@@ -26,7 +32,8 @@ MEMORY_BUSY = declare("gpu_memory_busy_ratio", Kind.GAUGE, "ratio", DEVICE_LABEL
 MEMORY_BANDWIDTH_UTILIZATION = declare(
     "gpu_memory_bandwidth_utilization_ratio", Kind.GAUGE, "ratio", (*DEVICE_LABELS, "source"),
     "DRAM bandwidth utilization 0..1: GPM DRAM_BW_UTIL where supported (source=\"gpm\"), "
-    "else the memory-busy time share (source=\"nvml_busy\").", PRODUCER)
+    "else the memory-busy time share (source=\"nvml_busy\"); from dcgm-exporter, "
+    "DCGM_FI_PROF_DRAM_ACTIVE (source=\"dcgm\").", PRODUCER)
 MEMORY_USED = declare("gpu_memory_used_bytes", Kind.GAUGE, "bytes", DEVICE_LABELS,
                       "Device memory in use.", PRODUCER)
 MEMORY_TOTAL = declare("gpu_memory_total_bytes", Kind.GAUGE, "bytes", DEVICE_LABELS,
@@ -47,7 +54,9 @@ CLOCK_EVENT = declare(
 ECC_ERRORS = declare("gpu_ecc_errors_total", Kind.COUNTER, "", (*DEVICE_LABELS, "type"),
                      "ECC errors since the driver loaded, by type (corrected, uncorrected).", PRODUCER)
 XID_ERRORS = declare("gpu_xid_errors_total", Kind.COUNTER, "", (*DEVICE_LABELS, "xid"),
-                     "XID errors seen by the collector, by XID code (79: fallen off the bus).", PRODUCER)
+                     "XID errors seen by the collector, by XID code (79: fallen off the bus). From dcgm-exporter, "
+                     "which keeps only the last XID: 1 for the last code, 0 for the paging codes it is not, so "
+                     "increase() counts changes of the last XID, a lower bound on events.", PRODUCER)
 SM_ACTIVITY = declare("gpu_sm_activity_ratio", Kind.GAUGE, "ratio", DEVICE_LABELS,
                       "GPM SM utilization 0..1 (share of SMs busy, time-averaged).", PRODUCER)
 SM_OCCUPANCY = declare("gpu_sm_occupancy_ratio", Kind.GAUGE, "ratio", DEVICE_LABELS,
@@ -59,10 +68,15 @@ PCIE_THROUGHPUT = declare("gpu_pcie_throughput_bytes_per_second", Kind.GAUGE, "b
 NVLINK_THROUGHPUT = declare("gpu_nvlink_throughput_bytes_per_second", Kind.GAUGE, "bytes",
                             (*DEVICE_LABELS, "direction"), "NVLink traffic (direction rx or tx), GPM.", PRODUCER)
 
+POD_INFO = declare("gpu_pod_info", Kind.GAUGE, "", (*DEVICE_LABELS, *POD_LABELS),
+                   "1 for each pod using the GPU (dcgm-exporter's Kubernetes pod mapping). Attribute any GPU "
+                   "series with * on (node, gpu) group_left (namespace, pod, container) gpu_pod_info.", PRODUCER)
+
 # -- the exporter's own health ---------------------------------------------------------------
 COLLECTOR_LABELS = ("node",)
 COLLECTOR_DEVICES = declare("infersight_gpu_collector_devices", Kind.GAUGE, "", (*COLLECTOR_LABELS, "backend"),
-                            "GPUs the collector found at start (backend nvml or sim).", PRODUCER)
+                            "GPUs the collector found at start (backend nvml or sim), or in the last scrape of a "
+                            "dcgm-exporter (backend dcgm, one series per source node).", PRODUCER)
 COLLECTOR_SAMPLES = declare("infersight_gpu_collector_samples_total", Kind.COUNTER, "", COLLECTOR_LABELS,
                             "Background sampling passes over all GPUs.", PRODUCER)
 COLLECTOR_SAMPLE_DURATION = declare(

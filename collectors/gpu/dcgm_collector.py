@@ -1,0 +1,240 @@
+"""The GPU exporter over running dcgm-exporters: each scrape of ours scrapes them, maps, serves.
+
+dcgm-exporter samples DCGM on its own interval and serves its last values, so there is nothing
+to sample in the background: one Prometheus scrape of ours fetches every source (concurrently,
+each with a deadline and a size limit) and renders only what this scrape fetched. A source that
+fails contributes ``gpu_up 0`` for the GPUs it showed before and a counted error, never its old
+numbers; a GPU that vanishes from a scrape reads ``gpu_up 0`` the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.registry import Collector
+
+from infersight.collectors.engine.scrape import ScrapeError, fetch
+from infersight.collectors.gpu.dcgm import DcgmFormatError, DcgmGPU, parse
+from infersight.collectors.gpu.readings import DeviceIdentity
+from infersight.collectors.gpu.series import Series, device_labels, reading_series
+from infersight.signals import gpu
+from infersight.signals.catalog import Signal
+
+log = logging.getLogger(__name__)
+BACKEND = "dcgm"
+MAX_WORKERS = 32
+
+
+@dataclass(frozen=True)
+class DcgmSource:
+    url: str
+    node: str = ""  # overrides the exporter's hostname label
+
+    def __post_init__(self) -> None:
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{self.url!r} is not an http(s) URL with a host, e.g. http://10.0.0.5:9400/metrics")
+        try:
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            raise ValueError(f"{self.url!r} has an invalid port") from None
+
+    @property
+    def fallback_node(self) -> str:
+        """The node label before (or without) a hostname label: the configured node, else the host."""
+        return self.node or (urllib.parse.urlsplit(self.url).hostname or "")
+
+
+@dataclass
+class SourceResult:
+    source: DcgmSource
+    seconds: float
+    gpus: list[DcgmGPU] = field(default_factory=list)
+    reason: str | None = None  # down, timeout, too_large, http_status, malformed, unrecognized
+    detail: str = ""
+
+    @property
+    def up(self) -> bool:
+        return self.reason is None
+
+
+class DcgmCollector(Collector):
+    """A prometheus_client collector over one or more dcgm-exporter /metrics URLs."""
+
+    def __init__(self, sources: list[DcgmSource], timeout: float = 2.0, max_bytes: int = 8 * 1024 * 1024,
+                 log_changes: bool = True):
+        if not sources:
+            raise ValueError("no dcgm-exporter source: pass --source URL or set gpus.dcgm.sources")
+        urls = [s.url for s in sources]
+        if len(set(urls)) != len(urls):
+            raise ValueError("a dcgm-exporter source is listed twice")
+        self.sources = sources
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        self.log_changes = log_changes
+        self._pool = ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(sources)), thread_name_prefix="dcgm-scrape")
+        self._lock = threading.Lock()
+        # Per source: every GPU it ever showed, so a GPU (or source) that goes away reads gpu_up 0.
+        self._known: dict[str, dict[tuple[str, int], tuple[DeviceIdentity, str]]] = {s.url: {} for s in sources}
+        self._nodes: dict[str, str] = {s.url: s.fallback_node for s in sources}
+        self._scrapes: dict[str, int] = {}
+        self._errors: dict[tuple[str, str], int] = {}
+        self._states: dict[str, str | None] = {}
+        self.last: list[SourceResult] = []
+
+    # -- one scrape of every source -----------------------------------------------------------
+    def scrape(self) -> list[SourceResult]:
+        with self._lock:
+            results = list(self._pool.map(self._scrape_one, self.sources))
+            for r in results:
+                url = r.source.url
+                if r.up:
+                    self._scrapes[url] = self._scrapes.get(url, 0) + 1
+                    if r.gpus:
+                        self._nodes[url] = r.gpus[0].node
+                    for g in r.gpus:
+                        self._known[url][(g.node, g.identity.index)] = (g.identity, g.driver_version)
+                else:
+                    key = (url, r.reason or "")
+                    self._errors[key] = self._errors.get(key, 0) + 1
+                if self.log_changes:
+                    self._log_change(r)
+            self.last = results
+            return results
+
+    def _scrape_one(self, source: DcgmSource) -> SourceResult:
+        start = time.monotonic()
+        try:
+            fetched = fetch(source.url, self.timeout, self.max_bytes)
+            gpus = parse(fetched.text, source.node)
+        except ScrapeError as exc:
+            return SourceResult(source, time.monotonic() - start, reason=exc.reason, detail=str(exc))
+        except DcgmFormatError as exc:
+            return SourceResult(source, time.monotonic() - start, reason="malformed", detail=str(exc))
+        if not gpus:
+            return SourceResult(source, time.monotonic() - start, reason="unrecognized",
+                                detail="valid exposition but no DCGM_FI_* series with a gpu label "
+                                       "(is this dcgm-exporter's /metrics?)")
+        return SourceResult(source, time.monotonic() - start, gpus)
+
+    def _log_change(self, r: SourceResult) -> None:
+        previous = self._states.get(r.source.url)
+        self._states[r.source.url] = r.reason
+        if r.reason and r.reason != previous:
+            log.warning("infersight: dcgm-exporter %s failed: %s: %s", r.source.url, r.reason, r.detail)
+        elif previous and not r.reason:
+            log.warning("infersight: dcgm-exporter %s recovered", r.source.url)
+
+    # -- series -------------------------------------------------------------------------------
+    def series(self, results: list[SourceResult]) -> Iterator[Series]:
+        for r in results:
+            url = r.source.url
+            seen = {(g.node, g.identity.index) for g in r.gpus}
+            for g in r.gpus:
+                yield from gpu_series(g)
+            for (node, index), (identity, driver) in sorted(self._known[url].items()):
+                if (node, index) not in seen:
+                    labels = device_labels(node, identity)
+                    yield gpu.INFO, (*labels, driver), 1.0
+                    yield gpu.UP, labels, 0.0
+            node = self._nodes[url]
+            yield gpu.COLLECTOR_DEVICES, (node, BACKEND), float(len(r.gpus))
+            yield gpu.COLLECTOR_SAMPLES, (node,), float(self._scrapes.get(url, 0))
+            yield gpu.COLLECTOR_SAMPLE_DURATION, (node,), r.seconds
+            for (error_url, reason), count in sorted(self._errors.items()):
+                if error_url == url:
+                    yield gpu.COLLECTOR_ERRORS, (node, "", f"dcgm_scrape_{reason}"), float(count)
+
+    def families(self, results: list[SourceResult]) -> list:
+        families: dict[Signal, Any] = {}
+        for signal, label_values, value in self.series(results):
+            family = families.get(signal)
+            if family is None:
+                family = families[signal] = signal.family()
+            family.add_metric(label_values, value)
+        return list(families.values())
+
+    def collect(self):
+        return self.families(self.scrape())
+
+    def describe(self) -> list:
+        return []  # never scrape the sources at registration
+
+    # -- --once output ------------------------------------------------------------------------
+    def rows(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for r in self.last:
+            for g in r.gpus:
+                reading = g.reading
+                rows.append({"node": g.node, "gpu": g.identity.index, "uuid": g.identity.uuid,
+                             "gpu_model": g.identity.name, "up": 1,
+                             "bandwidth_utilization": reading.bandwidth_utilization,
+                             "bandwidth_source": reading.bandwidth_source, "utilization": reading.utilization,
+                             "power_watts": reading.power_watts, "energy_joules": reading.energy_joules,
+                             "temperature_celsius": reading.temperature_celsius,
+                             "memory_used_bytes": reading.memory_used_bytes, "last_xid": g.last_xid,
+                             "pods": ",".join(f"{ns}/{pod}" for ns, pod, _c in sorted(g.pods))})
+            if not r.up:
+                rows.append({"node": self._nodes[r.source.url], "up": 0, "error": f"{r.reason}: {r.detail}",
+                             "source": r.source.url})
+        return rows
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def gpu_series(g: DcgmGPU) -> Iterator[Series]:
+    """The catalog series of one GPU a dcgm-exporter scrape showed (it answered: gpu_up 1)."""
+    labels = device_labels(g.node, g.identity)
+    yield gpu.INFO, (*labels, g.driver_version), 1.0
+    yield gpu.UP, labels, 1.0
+    if g.reading is not None:
+        yield from reading_series(labels, g.reading)
+    if g.last_xid is not None:
+        yield from xid_series(labels, g.last_xid)
+    for pod in sorted(g.pods):
+        yield gpu.POD_INFO, (*labels, *pod), 1.0
+
+
+def xid_series(labels: tuple[str, ...], last_xid: int) -> Iterator[Series]:
+    """dcgm-exporter's last-XID gauge as the catalog's XID counter.
+
+    The paging codes are always present, 1 while the GPU's last XID is that code and 0 otherwise;
+    another code shows (at 1) while it is the last one. So ``increase()`` counts each time the last
+    XID became that code: a first XID 79 is a 0 -> 1 step the paging alert sees. The same code
+    raised again is invisible (the last value does not change).
+    """
+    code = str(last_xid)
+    for paging in gpu.PAGING_XIDS:
+        yield gpu.XID_ERRORS, (*labels, paging), 1.0 if code == paging else 0.0
+    if last_xid != 0 and code not in gpu.PAGING_XIDS:
+        yield gpu.XID_ERRORS, (*labels, code), 1.0
+
+
+def build_registry(collector: DcgmCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+class _Frozen(Collector):
+    def __init__(self, families: list):
+        self._families = families
+
+    def collect(self):
+        return self._families
+
+
+def exposition(collector: DcgmCollector, results: list[SourceResult]) -> str:
+    """The exposition of scrape ``results`` already taken (what ``--once`` prints), without scraping again."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Frozen(collector.families(results)))
+    return generate_latest(registry).decode()
