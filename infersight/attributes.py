@@ -44,8 +44,9 @@ RETRY_ATTEMPT = "llm.retry.attempt"  # 0 for the first attempt
 RETRY_BACKOFF_MS = "llm.retry.backoff_ms"
 
 # Token timeline (kept by tail sampling) and its summary (always present on request spans).
-TOKEN_OFFSETS_US = "llm.token.offsets_us"  # int array: each token's offset from request start, in us
-TOKEN_COUNT = "llm.token.count"
+TOKEN_OFFSETS_US = "llm.token.offsets_us"  # JSON array text (or an int array): token offsets from request start, us
+TOKEN_COUNT = "llm.token.count"  # tokens in the timeline (the kept ones when truncated)
+TOKEN_TRUNCATED = "llm.token.truncated"  # true when the stream outgrew the buffer: only the last tokens kept
 TOKEN_GAP_MEAN_MS = "llm.token.gap_mean_ms"
 TOKEN_GAP_MAX_MS = "llm.token.gap_max_ms"
 TOKEN_STALL_INDEX = "llm.token.stall_index"  # index of the token after the longest gap

@@ -131,6 +131,7 @@ class RequestMetrics:
         self.cached_input_tokens = request.CACHED_INPUT_TOKENS.register(registry)
         self.output_tokens = request.OUTPUT_TOKENS.register(registry)
         self.timelines = request.TIMELINES_KEPT.register(registry)
+        self.timelines_truncated = request.TIMELINES_TRUNCATED.register(registry)
         self.queue_depth = gateway.QUEUE_DEPTH.register(registry)
         self._bundles: dict[tuple[str, str, str, str], LabelBundle] = {}
         self._lock = threading.Lock()

@@ -32,7 +32,9 @@ children ``gateway.queue``, ``gateway.route`` and one ``upstream`` (CLIENT) span
 gateway; ``engine.queue``, ``engine.prefill`` and ``engine.decode`` in an engine that calls
 ``scheduled``. With traceparent carried between them, one trace holds the whole chain.
 Token times are not span events: the tail sampler keeps the whole timeline as one attribute,
-``llm.token.offsets_us``, only for the requests that matter (see :mod:`.sampling`).
+``llm.token.offsets_us`` (its JSON text, DESIGN 5), only for the requests that matter (see
+:mod:`.sampling`). A stream longer than ``max_timeline_tokens`` keeps its last readings and is
+counted in ``infersight_tracing_timelines_truncated_total`` (see :mod:`.timeline`).
 """
 
 from __future__ import annotations
@@ -108,12 +110,17 @@ class RequestTracer:
     ``registry`` is where the catalog metrics are registered (a private one when omitted, see
     ``.registry``). ``tracer_provider`` defaults to the global OpenTelemetry provider; its sampler
     applies the head ratio to request spans. ``sampler`` makes the tail decision on timelines.
+    ``max_timeline_tokens`` bounds each request's token-time buffer (the last ones are kept).
     """
 
     def __init__(self, *, registry: CollectorRegistry | None = None,
                  tracer_provider: trace.TracerProvider | None = None,
                  sampler: sampling.TailSampler | None = None, provider_name: str | None = None,
-                 span_kind: SpanKind = SpanKind.SERVER) -> None:
+                 span_kind: SpanKind = SpanKind.SERVER,
+                 max_timeline_tokens: int = timeline.DEFAULT_MAX_TOKENS) -> None:
+        if max_timeline_tokens < 1:
+            raise ValueError(f"max_timeline_tokens must be at least 1, got {max_timeline_tokens}")
+        self.max_timeline_tokens = max_timeline_tokens
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = RequestMetrics(self.registry)
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
@@ -153,7 +160,7 @@ class RequestContext:
         self._tracer = tracer
         self.model, self.operation = model, operation
         self.instance, self.pool, self.strategy = instance, pool, strategy
-        self._times = timeline.new_buffer()
+        self._times = timeline.new_buffer(tracer.max_timeline_tokens)
         self._first_token_ns: int | None = None
         self._queued_ns: int | None = None
         self._queue_s: float | None = None
@@ -308,8 +315,17 @@ class RequestContext:
 
     # -- token stream (hot path) --------------------------------------------------------------------
     def token(self) -> None:
-        """One output token (or one streamed chunk) arrived now. About 100 ns: one list append."""
-        self._times.append(_now())
+        """One output token (or one streamed chunk) arrived now. About 100 ns: one append.
+
+        The first call also notes the first token's time (a truncated buffer no longer holds it)
+        and turns this context into a :class:`_Streaming` one, whose ``token`` is the bare append:
+        no check per token.
+        """
+        now = _now()
+        self._times.append(now)
+        if self._first_token_ns is None:
+            self._first_token_ns = now
+        self.__class__ = _Streaming
 
     def token_sink(self) -> Callable[[int], None]:
         """The raw hot path for tight loops, about 40 ns cheaper per token than :meth:`token`::
@@ -319,14 +335,19 @@ class RequestContext:
                 record(time.perf_counter_ns())   # must be perf_counter_ns: the tracer's clock
 
         Readings from another clock are detected at the end (outside the request's time span),
-        logged, and the timeline is discarded rather than exported as nonsense.
+        logged, and the timeline is discarded rather than exported as nonsense. The sink does not
+        note the first token's time: call :meth:`first_token` with the first one if a stream may
+        exceed ``max_timeline_tokens`` (beyond it the buffer keeps only the last readings).
         """
         return self._times.append
 
     def tokens(self, count: int) -> None:
         """``count`` tokens arrived together now (a chunk carrying several tokens)."""
         if count > 0:
-            self._times.extend((_now(),) * count)
+            now = _now()
+            self._times.extend((now,) * count)
+            if self._first_token_ns is None:
+                self._first_token_ns = now
 
     def scheduled(self, *, cached_input_tokens: int | None = None) -> None:
         """Engine: the request left the engine's own queue and prefill starts now.
@@ -413,11 +434,15 @@ class RequestContext:
         self._leave_queue(end_ns)
         if cached_input_tokens is None:
             cached_input_tokens = self._cached_input_tokens
-        metrics, times = self._tracer.metrics, self._times
+        metrics = self._tracer.metrics
+        times, truncated = timeline.kept(self._times)
         if times and (times[0] < self._start_ns or times[-1] > end_ns):
             log.warning("%s: token times outside the request (not time.perf_counter_ns readings?); "
                         "timeline discarded", self.model)
-            times = self._times = []
+            times, truncated = [], False
+        self._times = times  # a plain list from here on (the summary reads it)
+        if truncated:
+            metrics.timelines_truncated.labels(self.model).inc()
         bundle = metrics.bundle(self.model, self.instance, self.pool, self.strategy)
         count = len(times)
         gaps = None
@@ -469,7 +494,8 @@ class RequestContext:
 
         if self._recording:
             self._record_span(outcome, finish_reason, error_type, message, timeout_kind, input_tokens, produced,
-                              cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets, gaps)
+                              cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets, gaps,
+                              truncated)
         self._end_upstream(end_ns, error_type if outcome in ("error", "timeout") else None)
         if self._recording and self._scheduled_ns is not None:
             self._record_engine_phases(first_ns, end_ns, count)
@@ -494,7 +520,8 @@ class RequestContext:
                             attributes={attr.TOKEN_COUNT: token_count}).end(wall(end_ns))
 
     def _record_span(self, outcome, finish_reason, error_type, message, timeout_kind, input_tokens, output_tokens,
-                     cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets, gaps) -> None:
+                     cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets, gaps,
+                     truncated) -> None:
         summary = timeline.summarize(self._times, self._start_ns, gaps)
         values: dict[str, Any] = {
             attr.REQUEST_OUTCOME: outcome,
@@ -522,10 +549,20 @@ class RequestContext:
             attr.TOKEN_GAP_MAX_MS: summary.gap_max_ms,
             attr.TOKEN_STALL_INDEX: summary.stall_index,
             attr.TOKEN_STALL_OFFSET_MS: summary.stall_offset_ms,
-            attr.TOKEN_OFFSETS_US: offsets,
+            attr.TOKEN_OFFSETS_US: timeline.offsets_json(offsets) if offsets is not None else None,
+            attr.TOKEN_TRUNCATED: True if truncated else None,
         }
         values.update((key, value) for key, value in optional.items() if value is not None)
         values.update(instance_attributes(self.instance))
         self._span.set_attributes(values)
         if outcome in ("error", "timeout", "rejected"):
             self._span.set_status(Status(StatusCode.ERROR, message or error_type))
+
+
+class _Streaming(RequestContext):
+    """A request past its first token: :meth:`token` is the bare append (see ``RequestContext.token``)."""
+
+    __slots__ = ()
+
+    def token(self) -> None:
+        self._times.append(_now())

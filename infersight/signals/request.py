@@ -52,3 +52,6 @@ SPAN_ITEMS_DROPPED = declare("infersight_tracing_span_items_dropped_total", Kind
 TIMELINES_KEPT = declare("infersight_tracing_timelines_total", Kind.COUNTER, "", ("model", "reason"),
                          "Token timelines by tail-sampling decision reason (slow_ttft, slow_e2e, error, "
                          "cancelled, timeout, random, not_kept).", PRODUCER)
+TIMELINES_TRUNCATED = declare("infersight_tracing_timelines_truncated_total", Kind.COUNTER, "", ("model",),
+                              "Requests whose token stream outgrew the per-request timeline buffer "
+                              "(max_timeline_tokens): only the last tokens' times were kept.", PRODUCER)

@@ -3,6 +3,7 @@ event eviction on long spans), dropped-span counting, OTEL_* variables, and real
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 
@@ -136,7 +137,7 @@ def test_token_timeline_survives_default_span_limits_because_it_is_one_attribute
         for _ in range(2000):
             req.token()
     (span,) = exporter.get_finished_spans()
-    offsets = span.attributes[attr.TOKEN_OFFSETS_US]
+    offsets = json.loads(span.attributes[attr.TOKEN_OFFSETS_US])
     assert len(offsets) == 2000 and abs(offsets[0] - span.attributes[attr.TTFT_MS] * 1000) <= 1
     assert span.dropped_attributes == 0
 
@@ -165,7 +166,8 @@ def test_real_otlp_grpc_export():
     values = {kv.key: kv.value for kv in span.attributes}
     assert values[attr.REQUEST_OUTCOME].string_value == "success"
     assert values[attr.SAMPLING_REASON].string_value == "random"
-    offsets = [v.int_value for v in values[attr.TOKEN_OFFSETS_US].array_value.values]
+    # One string value on the wire (the JSON text), not one AnyValue per token.
+    offsets = json.loads(values[attr.TOKEN_OFFSETS_US].string_value)
     assert len(offsets) == 3 and offsets == sorted(offsets)
     assert handle.dropped_spans() == 0
 

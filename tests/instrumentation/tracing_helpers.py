@@ -35,7 +35,7 @@ class Traced:
 
 
 def make_traced(*, random_share: float = 0.0, min_samples: int = 100, head_ratio: float | None = None,
-                seed: int = 7, service: str = "gateway") -> Traced:
+                seed: int = 7, service: str = "gateway", **tracer_options) -> Traced:
     exporter = InMemorySpanExporter()
     kwargs = {}
     if head_ratio is not None:
@@ -45,7 +45,8 @@ def make_traced(*, random_share: float = 0.0, min_samples: int = 100, head_ratio
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     registry = CollectorRegistry()
     sampler = TailSampler(random_share=random_share, min_samples=min_samples, seed=seed)
-    tracer = RequestTracer(registry=registry, tracer_provider=provider, sampler=sampler, provider_name="vllm")
+    tracer = RequestTracer(registry=registry, tracer_provider=provider, sampler=sampler, provider_name="vllm",
+                           **tracer_options)
     return Traced(tracer, exporter, registry)
 
 
