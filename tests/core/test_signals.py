@@ -87,6 +87,7 @@ def test_one_instance_label_on_every_per_instance_signal():
     assert signals.gateway.EJECTIONS in per_instance and signals.engine.GPU_INFO in per_instance
     missing = [s.name for s in per_instance if "instance" not in s.labels and s.name != signals.engine.UP.name]
     # The gateway's queue is in front of every instance; timelines are counted per model.
-    assert sorted(missing) == sorted([signals.gateway.QUEUE_DEPTH.name, signals.request.TIMELINES_KEPT.name])
+    assert sorted(missing) == sorted([signals.gateway.QUEUE_DEPTH.name, signals.request.TIMELINES_KEPT.name,
+                                     signals.request.TIMELINES_TRUNCATED.name])
     assert "instance" in signals.engine.UP.labels
     assert [s.name for s in signals.all_signals() if "target" in s.labels] == []
