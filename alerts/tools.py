@@ -46,6 +46,11 @@ def test_rules(test_files: Sequence[Path]) -> ToolResult:
     return _run([_binary("promtool"), "test", "rules", *(str(Path(f).resolve()) for f in test_files)])
 
 
+def check_config(config_file: Path) -> ToolResult:
+    """``promtool check config``: the Prometheus configuration and the rule files it names."""
+    return _run([_binary("promtool"), "check", "config", str(config_file)])
+
+
 def check_alertmanager(config_file: Path) -> ToolResult:
     return _run([_binary("amtool"), "check-config", str(config_file)])
 

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "infersight.pipelines.cli",  # receive, db, traces, incident, up
     "infersight.dashboards.cli",  # dashboards
     "infersight.alerts.cli",  # alerts
+    "infersight.commands.prometheus",  # prometheus render
     "infersight.commands.demo",  # demo
 )
 

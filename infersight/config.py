@@ -145,6 +145,15 @@ class ClickHouse(Section):
 
 class Prometheus(Section):
     url: str | None = "http://127.0.0.1:9090"
+    job_prefix: str = Field("infersight-", description="`prometheus render` job names: prefix + component "
+                                                        "(gpu, engine, ...); must match thresholds.exporter_jobs")
+
+    @field_validator("job_prefix")
+    @classmethod
+    def _label_value(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]*", value):
+            raise ValueError("letters, digits and _ . : - only, e.g. infersight-")
+        return value
 
 
 class EngineTarget(Section):
