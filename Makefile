@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: demo test lint venv debian-tools clean
+.PHONY: demo test lint venv debian-tools grafana-schema clean
 
 $(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +22,26 @@ debian-tools:
 			prometheus prometheus-alertmanager openssl >/dev/null; \
 	fi
 
+# Grafana's published schema (@grafana/schema) and TypeScript, pinned by the lock file, for the dashboards'
+# schema test (dashboards/schema_check.py); node and npm come from Debian when missing.
+SCHEMA_DIR := .grafana-schema
+$(SCHEMA_DIR)/.installed: dashboards/grafana_schema/package.json dashboards/grafana_schema/package-lock.json
+	@if ! command -v npm >/dev/null || ! command -v node >/dev/null; then \
+		echo "installing nodejs and npm from Debian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			nodejs npm >/dev/null; \
+	fi
+	mkdir -p $(SCHEMA_DIR)
+	cp dashboards/grafana_schema/package.json dashboards/grafana_schema/package-lock.json $(SCHEMA_DIR)/
+	npm ci --prefix $(SCHEMA_DIR) --no-audit --no-fund --ignore-scripts --silent
+	touch $@
+
+grafana-schema: $(SCHEMA_DIR)/.installed
+
 demo: venv
 	$(VENV)/bin/infersight --config infersight.example.yaml demo
 
-test: venv debian-tools
+test: venv debian-tools grafana-schema
 	$(VENV)/bin/ruff check .
 	@# pytest exits 5 when it collected no tests: a failure here, never a pass.
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "make test: no tests collected" >&2; exit 1; fi; exit $$rc
@@ -34,4 +50,4 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) .infersight build *.egg-info
+	rm -rf $(VENV) .infersight build *.egg-info $(SCHEMA_DIR)

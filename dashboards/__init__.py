@@ -1,4 +1,4 @@
-"""Grafana dashboards generated from code (grafanalib).
+"""Grafana dashboards generated from code, in Grafana's current JSON model.
 
 One module per dashboard (``fleet``, ``engines``, ``gpus``, ``pipeline``, ``traces``), each with
 ``build(config, limits) -> Dashboard``. PromQL comes from the signal catalog and the alerts'

@@ -14,15 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grafanalib import core
-from grafanalib._gen import DashboardEncoder
-
 from infersight.alerts.limits import Limits, limits_from_config
 from infersight.config import Config
 from infersight.dashboards import engines, fleet, gpus, pipeline, traces
 from infersight.dashboards.datasources import dashboards_provider_yaml, datasources_yaml
 
-BUILDERS: tuple[Callable[[Config, Limits], core.Dashboard], ...] = (
+BUILDERS: tuple[Callable[[Config, Limits], dict], ...] = (
     fleet.build, engines.build, gpus.build, pipeline.build, traces.build)
 
 
@@ -34,9 +31,9 @@ class Written:
     panels: int = 0
 
 
-def dashboard_json(dashboard: core.Dashboard) -> dict:
-    """The dashboard as the plain JSON Grafana imports."""
-    return json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
+def dashboard_json(dashboard: dict) -> dict:
+    """The dashboard as the plain JSON Grafana imports (a deep copy; refuses NaN and non-JSON values)."""
+    return json.loads(json.dumps(dashboard, allow_nan=False))
 
 
 def all_dashboards(config: Config) -> list[dict]:

@@ -1,7 +1,14 @@
-"""The two datasources every panel names, and Grafana's provisioning files for them and the dashboards.
+"""The two datasources the dashboards read, as dashboard variables, and Grafana's provisioning files.
 
-Panels refer to datasources by fixed uids, so the dashboards import unchanged into any Grafana
-whose provisioning created those uids (what :func:`datasources_yaml` writes).
+Every panel, target and query variable names its datasource through a datasource variable
+(``${datasource}`` for Prometheus, ``${clickhouse}`` for ClickHouse), never through a fixed uid:
+
+- provisioned (:func:`datasources_yaml` creates the uids below), the variables' saved values pick
+  exactly the provisioned datasources;
+- imported through Grafana's UI into a site that has its own Prometheus and ClickHouse, the saved
+  uid does not exist there, so Grafana selects that site's default datasource of the type, and the
+  user can switch in the variable's drop-down. No ``__inputs`` are needed for that, and none are
+  written: provisioned dashboards do not resolve ``__inputs``.
 """
 
 from __future__ import annotations
@@ -15,12 +22,19 @@ from infersight.config import Config
 
 PROMETHEUS_UID = "infersight-prometheus"
 CLICKHOUSE_UID = "infersight-clickhouse"
+PROMETHEUS_NAME = "infersight Prometheus"
+CLICKHOUSE_NAME = "infersight ClickHouse"
 CLICKHOUSE_PLUGIN = "grafana-clickhouse-datasource"
-PROMETHEUS_REF = {"type": "prometheus", "uid": PROMETHEUS_UID}
-CLICKHOUSE_REF = {"type": CLICKHOUSE_PLUGIN, "uid": CLICKHOUSE_UID}
+# The datasource variables' names: what panels refer to.
+PROMETHEUS_VARIABLE = "datasource"
+CLICKHOUSE_VARIABLE = "clickhouse"
+PROMETHEUS_REF = {"type": "prometheus", "uid": f"${{{PROMETHEUS_VARIABLE}}}"}
+CLICKHOUSE_REF = {"type": CLICKHOUSE_PLUGIN, "uid": f"${{{CLICKHOUSE_VARIABLE}}}"}
 # Grafana expands environment variables in provisioning files: the password stays out of the output.
 PASSWORD_ENV = "INFERSIGHT_CLICKHOUSE_PASSWORD"
 FOLDER = "infersight"
+# Prometheus' scrape interval as Grafana should assume it: $__rate_interval is at least 4x this.
+SCRAPE_INTERVAL = "15s"
 
 
 class ProvisioningError(ValueError):
@@ -46,7 +60,7 @@ def _clickhouse(dsn: str) -> dict:
         raise ProvisioningError(f"clickhouse.dsn {dsn!r} has no host; e.g. http://127.0.0.1:8123/default")
     json_data = {"host": parts.hostname, "port": port, "protocol": "http", "secure": parts.scheme == "https",
                  "defaultDatabase": clickhouse_database(dsn)}
-    source = {"name": "infersight ClickHouse", "uid": CLICKHOUSE_UID, "type": CLICKHOUSE_PLUGIN, "editable": False,
+    source = {"name": CLICKHOUSE_NAME, "uid": CLICKHOUSE_UID, "type": CLICKHOUSE_PLUGIN, "editable": False,
               "jsonData": json_data}
     if parts.username:
         json_data["username"] = urllib.parse.unquote(parts.username)
@@ -61,8 +75,8 @@ def _prometheus(url: str | None) -> dict:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ProvisioningError(f"prometheus.url {url!r} is not an http(s) URL, e.g. http://127.0.0.1:9090")
-    return {"name": "infersight Prometheus", "uid": PROMETHEUS_UID, "type": "prometheus", "access": "proxy",
-            "url": url, "isDefault": True, "editable": False, "jsonData": {"timeInterval": "15s"}}
+    return {"name": PROMETHEUS_NAME, "uid": PROMETHEUS_UID, "type": "prometheus", "access": "proxy",
+            "url": url, "isDefault": True, "editable": False, "jsonData": {"timeInterval": SCRAPE_INTERVAL}}
 
 
 def datasources_yaml(config: Config) -> str:

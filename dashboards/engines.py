@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from grafanalib import core
-
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.config import Config
-from infersight.dashboards.panels import Line, Q, dashboard, heatmap, layout, timeseries, variable
+from infersight.dashboards.panels import RATE, Line, Q, dashboard, heatmap, layout, timeseries, variable
 from infersight.signals import engine
 
 UID = "infersight-engines"
@@ -15,7 +13,7 @@ F = {"model": "=~$model"}
 TOKENS_PER_S = "suffix: tok/s"
 
 
-def _load(limits: Limits) -> list[core.Panel]:
+def _load(limits: Limits) -> list[dict]:
     running = f"sum by (instance) ({engine.REQUESTS_RUNNING.select(**F)})"
     waiting = f"sum by (instance) ({engine.REQUESTS_WAITING.select(**F)})"
     up = engine.UP.select()
@@ -30,11 +28,11 @@ def _load(limits: Limits) -> list[core.Panel]:
     ]
 
 
-def _cache(limits: Limits) -> list[core.Panel]:
+def _cache(limits: Limits) -> list[dict]:
     usage = f"max by (instance) ({engine.KV_CACHE_USAGE.select(**F)})"
-    hit_ratio = (f"sum by (instance) ({engine.PREFIX_CACHE_HITS.rate(**F)}) "
-                 f"/ sum by (instance) ({engine.PREFIX_CACHE_QUERIES.rate(**F)})")
-    preemptions = f"sum by (instance) ({engine.PREEMPTIONS.rate(**F)})"
+    hit_ratio = (f"sum by (instance) ({engine.PREFIX_CACHE_HITS.rate(RATE, **F)}) "
+                 f"/ sum by (instance) ({engine.PREFIX_CACHE_QUERIES.rate(RATE, **F)})")
+    preemptions = f"sum by (instance) ({engine.PREEMPTIONS.rate(RATE, **F)})"
     return [
         timeseries("KV cache usage", "percentunit", [Q(usage, "{{instance}}")], line=Line(limits.kv_usage_near_full),
                    max_value=1),
@@ -47,34 +45,35 @@ def _cache(limits: Limits) -> list[core.Panel]:
     ]
 
 
-def _tokens() -> list[core.Panel]:
-    prompt = f"sum by (instance) ({engine.PROMPT_TOKENS.rate(**F)})"
-    generated = f"sum by (instance) ({engine.GENERATION_TOKENS.rate(**F)})"
+def _tokens() -> list[dict]:
+    prompt = f"sum by (instance) ({engine.PROMPT_TOKENS.rate(RATE, **F)})"
+    generated = f"sum by (instance) ({engine.GENERATION_TOKENS.rate(RATE, **F)})"
     return [
         timeseries("Prompt tokens (prefill)", TOKENS_PER_S, [Q(prompt, "{{instance}}")], width=12),
         timeseries("Generated tokens (decode)", TOKENS_PER_S, [Q(generated, "{{instance}}")], width=12),
     ]
 
 
-def _latency(config: Config, limits: Limits) -> list[core.Panel]:
-    ttft = [Q(engine.TTFT.quantile(q, ("model",), **F), f"p{round(q * 100)} {{{{model}}}}") for q in rec.QUANTILES]
-    itl = [Q(engine.INTER_TOKEN.quantile(q, ("model",), **F), f"p{round(q * 100)} {{{{model}}}}")
+def _latency(config: Config, limits: Limits) -> list[dict]:
+    ttft = [Q(engine.TTFT.quantile(q, ("model",), RATE, **F), f"p{round(q * 100)} {{{{model}}}}")
+            for q in rec.QUANTILES]
+    itl = [Q(engine.INTER_TOKEN.quantile(q, ("model",), RATE, **F), f"p{round(q * 100)} {{{{model}}}}")
            for q in rec.QUANTILES]
-    queue = engine.QUEUE_TIME.quantile(0.95, ("instance",), **F)
+    queue = engine.QUEUE_TIME.quantile(0.95, ("instance",), RATE, **F)
     return [
         timeseries("Engine TTFT p50 / p95 / p99", "s", ttft, line=Line(limits.ttft_slo_seconds),
                    description="As the engine measures it (without the gateway's queue)."),
-        heatmap("Engine TTFT distribution", f"sum by (le) (rate({engine.TTFT.bucket(**F)}[5m]))",
+        heatmap("Engine TTFT distribution", f"sum by (le) (rate({engine.TTFT.bucket(**F)}[{RATE}]))",
                 description="Requests per second in each TTFT bucket: a second mode far right is a stall."),
         timeseries("Engine queue time p95", "s", [Q(queue, "{{instance}}")]),
         timeseries("Engine inter-token latency p50 / p95 / p99", "s", itl, line=Line(config.slo.tpot_p95_seconds),
                    width=12),
         heatmap("Engine inter-token latency distribution",
-                f"sum by (le) (rate({engine.INTER_TOKEN.bucket(**F)}[5m]))", width=12),
+                f"sum by (le) (rate({engine.INTER_TOKEN.bucket(**F)}[{RATE}]))", width=12),
     ]
 
 
-def build(config: Config, limits: Limits) -> core.Dashboard:
+def build(config: Config, limits: Limits) -> dict:
     rows = [("Load and queues", _load(limits)), ("KV cache", _cache(limits)), ("Token throughput", _tokens()),
             ("Engine-side latency histograms", _latency(config, limits))]
     return dashboard(UID, "infersight / Engines",

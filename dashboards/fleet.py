@@ -6,12 +6,10 @@ by side. Lines are the thresholds the alerts use (config ``slo`` and ``threshold
 
 from __future__ import annotations
 
-from grafanalib import core
-
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.config import Config
-from infersight.dashboards.panels import Line, Q, dashboard, layout, timeseries, variable
+from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, timeseries, variable
 from infersight.signals import gateway, request
 
 UID = "infersight-fleet"
@@ -25,9 +23,9 @@ def recorded(name: str) -> str:
     return f'{name}{{model=~"$model",pool=~"$pool"}}'
 
 
-def _latency(config: Config, limits: Limits) -> list[core.Panel]:
-    ttft = [Q(request.TTFT.quantile(q, BY, **F), f"p{round(q * 100)} {LEGEND}") for q in rec.QUANTILES]
-    tpot = [Q(request.TPOT.quantile(q, BY, **F), f"p{round(q * 100)} {LEGEND}") for q in rec.QUANTILES]
+def _latency(config: Config, limits: Limits) -> list[dict]:
+    ttft = [Q(request.TTFT.quantile(q, BY, RATE, **F), f"p{round(q * 100)} {LEGEND}") for q in rec.QUANTILES]
+    tpot = [Q(request.TPOT.quantile(q, BY, RATE, **F), f"p{round(q * 100)} {LEGEND}") for q in rec.QUANTILES]
     over_slo = Q(f'{rec.slo_errors_name("5m")}{{model=~"$model"}}', "{{model}}")
     return [
         timeseries("TTFT p50 / p95 / p99 vs SLO", "s", ttft, line=Line(limits.ttft_slo_seconds),
@@ -40,11 +38,11 @@ def _latency(config: Config, limits: Limits) -> list[core.Panel]:
     ]
 
 
-def _traffic(limits: Limits) -> list[core.Panel]:
-    requests = f"sum by (model, pool, outcome) ({request.REQUESTS.rate(**F)})"
-    rejections = f"sum by (model, pool, reason) ({request.REJECTIONS.rate(**F)})"
-    retries = (f"sum by (model, pool) ({request.RETRIES.rate(**F)}) "
-               f"/ sum by (model, pool) ({request.REQUESTS.rate(**F)})")
+def _traffic(limits: Limits) -> list[dict]:
+    requests = f"sum by (model, pool, outcome) ({request.REQUESTS.rate(RATE, **F)})"
+    rejections = f"sum by (model, pool, reason) ({request.REJECTIONS.rate(RATE, **F)})"
+    retries = (f"sum by (model, pool) ({request.RETRIES.rate(RATE, **F)}) "
+               f"/ sum by (model, pool) ({request.REQUESTS.rate(RATE, **F)})")
     rejected_share = f'{rec.REJECTION_RATIO}{{model=~"$model"}}'
     return [
         timeseries("Request rate by outcome", "reqps", [Q(requests, LEGEND + " {{outcome}}")], stack=True),
@@ -58,7 +56,7 @@ def _traffic(limits: Limits) -> list[core.Panel]:
     ]
 
 
-def _scale_out(limits: Limits) -> list[core.Panel]:
+def _scale_out(limits: Limits) -> list[dict]:
     depth = [Q(recorded(rec.GATEWAY_QUEUE_SUM), "now " + LEGEND),
              Q(recorded(rec.GATEWAY_QUEUE_AVG30M), "30m mean " + LEGEND)]
     ttft_p95 = Q(f'{rec.TTFT_P95_BY_MODEL}{{model=~"$model"}}', "{{model}}")
@@ -66,7 +64,7 @@ def _scale_out(limits: Limits) -> list[core.Panel]:
     horizon_s = round(limits.forecast_hours * 3600)
     demand = f'{rec.IN_FLIGHT_SUM}{{model=~"$model"}}'
     capacity = f'{rec.SERVING_INSTANCES}{{model=~"$model"}} * {limits.requests_per_instance}'
-    queue_time = request.QUEUE_TIME.quantile(0.95, BY, **F)
+    queue_time = request.QUEUE_TIME.quantile(0.95, BY, RATE, **F)
     return [
         timeseries("Gateway queue depth and its 30-minute mean", "short", depth,
                    line=Line(limits.gateway_queue_depth), width=6,
@@ -86,7 +84,7 @@ def _scale_out(limits: Limits) -> list[core.Panel]:
     ]
 
 
-def _instances(limits: Limits) -> list[core.Panel]:
+def _instances(limits: Limits) -> list[dict]:
     states = f"sum by (model, pool, state) ({gateway.INSTANCE_STATE.select(**F)})"
     ejections = f"sum by (model, pool) (increase({gateway.EJECTIONS.select(**F)}[5m]))"
     p99 = Q(recorded(rec.TTFT_P99_BY_INSTANCE), "{{instance}} " + LEGEND)
@@ -102,13 +100,13 @@ def _instances(limits: Limits) -> list[core.Panel]:
     ]
 
 
-def _canary(limits: Limits) -> list[core.Panel]:
+def _canary(limits: Limits) -> list[dict]:
     # Full width, repeated horizontally: Grafana splits the row among the pools, so canary and stable
     # sit side by side, one line per question.
     one_pool = {"model": "=~$model", "pool": "=~$pool"}
-    ttft = request.TTFT.quantile(0.95, ("model",), **one_pool)
-    errors = (f"sum by (model) ({request.REQUESTS.rate(outcome='!=success', **one_pool)}) "
-              f"/ sum by (model) ({request.REQUESTS.rate(**one_pool)})")
+    ttft = request.TTFT.quantile(0.95, ("model",), RATE, **one_pool)
+    errors = (f"sum by (model) ({request.REQUESTS.rate(RATE, outcome='!=success', **one_pool)}) "
+              f"/ sum by (model) ({request.REQUESTS.rate(RATE, **one_pool)})")
     return [
         timeseries("TTFT p95, pool $pool", "s", [Q(ttft, "{{model}}")], line=Line(limits.ttft_slo_seconds),
                    width=24, repeat="pool"),
@@ -116,7 +114,7 @@ def _canary(limits: Limits) -> list[core.Panel]:
     ]
 
 
-def build(config: Config, limits: Limits) -> core.Dashboard:
+def build(config: Config, limits: Limits) -> dict:
     rows = [("Latency vs SLO", _latency(config, limits)), ("Traffic, rejections and retries", _traffic(limits)),
             ("Scale-out signals", _scale_out(limits)), ("Instance health", _instances(limits)),
             ("Canary vs stable (one panel per pool)", _canary(limits))]

@@ -3,13 +3,11 @@ temperature, throttling and hardware errors."""
 
 from __future__ import annotations
 
-from grafanalib import core
-
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.collectors.gpu.promql import energy_per_token
 from infersight.config import Config
-from infersight.dashboards.panels import Line, Q, dashboard, layout, timeseries, variable
+from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, timeseries, variable
 from infersight.signals import gpu
 
 UID = "infersight-gpus"
@@ -17,7 +15,7 @@ F = {"node": "=~$node"}
 DEVICE = "{{node}}/{{gpu}}"
 
 
-def _saturation(limits: Limits) -> list[core.Panel]:
+def _saturation(limits: Limits) -> list[dict]:
     bandwidth = f"max by (node, gpu, source) ({gpu.MEMORY_BANDWIDTH_UTILIZATION.select(**F)})"
     sm = f"max by (node, gpu) ({gpu.SM_ACTIVITY.select(**F)})"
     return [
@@ -35,11 +33,11 @@ def _saturation(limits: Limits) -> list[core.Panel]:
     ]
 
 
-def _power() -> list[core.Panel]:
+def _power() -> list[dict]:
     power = f"sum by (node, gpu) ({gpu.POWER.select(**F)})"
     limit = f"sum by (node, gpu) ({gpu.POWER_LIMIT.select(**F)})"
-    per_node = energy_per_token("5m", by=("node",), **F)
-    fleet = energy_per_token("5m", by=())
+    per_node = energy_per_token(RATE, by=("node",), **F)
+    fleet = energy_per_token(RATE, by=())
     memory = f"sum by (node, gpu) ({gpu.MEMORY_USED.select(**F)}) / sum by (node, gpu) ({gpu.MEMORY_TOTAL.select(**F)})"
     return [
         timeseries("Power draw and limit", "watt", [Q(power, DEVICE), Q(limit, "limit " + DEVICE)]),
@@ -49,7 +47,7 @@ def _power() -> list[core.Panel]:
     ]
 
 
-def _health(limits: Limits) -> list[core.Panel]:
+def _health(limits: Limits) -> list[dict]:
     temperature = f"max by (node, gpu) ({gpu.TEMPERATURE.select(**F)})"
     throttle = f"sum by (reason) ({gpu.CLOCK_EVENT.select(reason='!=gpu_idle', **F)})"
     xid = f"sum by (node, gpu, xid) (increase({gpu.XID_ERRORS.select(**F)}[1h]))"
@@ -66,7 +64,7 @@ def _health(limits: Limits) -> list[core.Panel]:
     ]
 
 
-def build(config: Config, limits: Limits) -> core.Dashboard:
+def build(config: Config, limits: Limits) -> dict:
     rows = [("Saturation: bandwidth vs compute", _saturation(limits)), ("Power and energy", _power()),
             ("Temperature, throttling and errors", _health(limits))]
     return dashboard(UID, "infersight / GPUs",

@@ -61,3 +61,29 @@ def expand(sql: str, start: dt.datetime, end: dt.datetime, interval_seconds: int
 
 def _utc(t: dt.datetime) -> dt.datetime:
     return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t
+
+
+VARIABLE = re.compile(r"\$\{(\w+)(?::(\w+))?\}|\$(\w+)")
+
+
+def interpolate(sql: str, values: dict[str, str | None], all_values: dict[str, str]) -> str:
+    """Template variables replaced as Grafana does for a single-value variable: ``values[name]`` is the chosen
+    value, ``None`` for "All". A custom all value goes in unformatted; ``:sqlstring`` quotes and escapes
+    (``'`` doubled, as Grafana's formatter does). Names that are not in ``values`` stay as they are."""
+
+    def replace(match: re.Match) -> str:
+        name = match.group(1) or match.group(3)
+        if name not in values:
+            return match.group(0)
+        value, fmt = values[name], match.group(2)
+        if value is None:
+            if name not in all_values:
+                raise MacroError(f"${name} has no custom all value")
+            return all_values[name]
+        if fmt == "sqlstring":
+            return "'" + value.replace("'", "''") + "'"
+        if fmt in (None, "raw"):
+            return value
+        raise MacroError(f"format {fmt!r} of ${name} is not emulated here")
+
+    return VARIABLE.sub(replace, sql)

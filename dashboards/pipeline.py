@@ -3,25 +3,23 @@ own health (scrape status, GPU and engine collectors, the tracing SDK's drops)."
 
 from __future__ import annotations
 
-from grafanalib import core
-
 from infersight.alerts.limits import Limits
 from infersight.alerts.rules.pipeline import SCRAPE_UP
 from infersight.config import Config
-from infersight.dashboards.panels import Line, Q, dashboard, layout, timeseries
+from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, timeseries
 from infersight.signals import engine, gpu, pipeline, request
 
 UID = "infersight-pipeline"
 SPANS_PER_S = "suffix: spans/s"
 
 
-def _receiver(limits: Limits) -> list[core.Panel]:
-    received = f"sum by (protocol) ({pipeline.SPANS_RECEIVED.rate()})"
-    accepted = f"sum by (protocol) ({pipeline.SPANS_ACCEPTED.rate()})"
-    rejected = f"sum by (protocol, reason) ({pipeline.SPANS_REJECTED.rate()})"
-    rejected_share = (f"sum by (protocol) ({pipeline.SPANS_REJECTED.rate()}) "
-                      f"/ sum by (protocol) ({pipeline.SPANS_RECEIVED.rate()})")
-    requests = f"sum by (protocol, outcome) ({pipeline.REQUESTS.rate()})"
+def _receiver(limits: Limits) -> list[dict]:
+    received = f"sum by (protocol) ({pipeline.SPANS_RECEIVED.rate(RATE)})"
+    accepted = f"sum by (protocol) ({pipeline.SPANS_ACCEPTED.rate(RATE)})"
+    rejected = f"sum by (protocol, reason) ({pipeline.SPANS_REJECTED.rate(RATE)})"
+    rejected_share = (f"sum by (protocol) ({pipeline.SPANS_REJECTED.rate(RATE)}) "
+                      f"/ sum by (protocol) ({pipeline.SPANS_RECEIVED.rate(RATE)})")
+    requests = f"sum by (protocol, outcome) ({pipeline.REQUESTS.rate(RATE)})"
     return [
         timeseries("Spans received and accepted", SPANS_PER_S,
                    [Q(received, "received {{protocol}}"), Q(accepted, "accepted {{protocol}}")]),
@@ -30,18 +28,18 @@ def _receiver(limits: Limits) -> list[core.Panel]:
                    line=Line(limits.spans_rejected_ratio)),
         timeseries("Export requests by outcome", "reqps", [Q(requests, "{{protocol}} {{outcome}}")], stack=True,
                    width=12),
-        timeseries("Attributes truncated", "ops", [Q(f"sum({pipeline.ATTRIBUTES_TRUNCATED.rate()})", "truncated")],
+        timeseries("Attributes truncated", "ops", [Q(f"sum({pipeline.ATTRIBUTES_TRUNCATED.rate(RATE)})", "truncated")],
                    width=12),
     ]
 
 
-def _writer() -> list[core.Panel]:
+def _writer() -> list[dict]:
     queue = f"sum({pipeline.QUEUE_DEPTH.select()})"
-    insert = [Q(pipeline.INSERT_DURATION.quantile(q, ("table",)), f"p{round(q * 100)} {{{{table}}}}")
+    insert = [Q(pipeline.INSERT_DURATION.quantile(q, ("table",), RATE), f"p{round(q * 100)} {{{{table}}}}")
               for q in (0.5, 0.99)]
-    rows = pipeline.BATCH_ROWS.quantile(0.5, ("table",))
-    errors = f"sum by (kind) ({pipeline.INSERT_ERRORS.rate()})"
-    retries = f"sum({pipeline.INSERT_RETRIES.rate()})"
+    rows = pipeline.BATCH_ROWS.quantile(0.5, ("table",), RATE)
+    errors = f"sum by (kind) ({pipeline.INSERT_ERRORS.rate(RATE)})"
+    retries = f"sum({pipeline.INSERT_RETRIES.rate(RATE)})"
     return [
         timeseries("Spans queued in memory", "short", [Q(queue, "queued")]),
         timeseries("Insert latency", "s", insert),
@@ -51,10 +49,10 @@ def _writer() -> list[core.Panel]:
     ]
 
 
-def _spool() -> list[core.Panel]:
-    spooled = f"sum({pipeline.SPOOLED_BATCHES.rate()})"
-    replayed = f"sum({pipeline.REPLAYED_BATCHES.rate()})"
-    discarded = f"sum by (reason) ({pipeline.SPOOL_DISCARDED.rate()})"
+def _spool() -> list[dict]:
+    spooled = f"sum({pipeline.SPOOLED_BATCHES.rate(RATE)})"
+    replayed = f"sum({pipeline.REPLAYED_BATCHES.rate(RATE)})"
+    discarded = f"sum by (reason) ({pipeline.SPOOL_DISCARDED.rate(RATE)})"
     return [
         timeseries("Spool size", "bytes", [Q(f"sum({pipeline.SPOOL_BYTES.select()})", "bytes")],
                    description="Bytes on disk waiting for ClickHouse; growing means ClickHouse refuses writes."),
@@ -64,15 +62,15 @@ def _spool() -> list[core.Panel]:
     ]
 
 
-def _exporters(limits: Limits) -> list[core.Panel]:
+def _exporters(limits: Limits) -> list[dict]:
     scrape_up = f'{SCRAPE_UP}{{job=~"{limits.exporter_jobs}"}}'
     sample_age = f"max by (node) ({gpu.COLLECTOR_SAMPLE_AGE.select()})"
-    gpu_errors = f"sum by (node, call) ({gpu.COLLECTOR_ERRORS.rate()})"
-    engine_errors = f"sum by (instance, reason) ({engine.SCRAPE_ERRORS.rate()})"
+    gpu_errors = f"sum by (node, call) ({gpu.COLLECTOR_ERRORS.rate(RATE)})"
+    engine_errors = f"sum by (instance, reason) ({engine.SCRAPE_ERRORS.rate(RATE)})"
     cycle = f"max({engine.COLLECTION_DURATION.select()})"
-    dropped = f"sum by (service, reason) ({request.SPANS_DROPPED.rate()})"
-    items = f"sum by (service, item) ({request.SPAN_ITEMS_DROPPED.rate()})"
-    timelines = f"sum by (reason) ({request.TIMELINES_KEPT.rate()})"
+    dropped = f"sum by (service, reason) ({request.SPANS_DROPPED.rate(RATE)})"
+    items = f"sum by (service, item) ({request.SPAN_ITEMS_DROPPED.rate(RATE)})"
+    timelines = f"sum by (reason) ({request.TIMELINES_KEPT.rate(RATE)})"
     return [
         timeseries("Exporters scraped by Prometheus", "short", [Q(scrape_up, "{{job}} {{instance}}")], max_value=1,
                    description=f"Prometheus's up for the jobs matching thresholds.exporter_jobs "
@@ -87,7 +85,7 @@ def _exporters(limits: Limits) -> list[core.Panel]:
     ]
 
 
-def build(config: Config, limits: Limits) -> core.Dashboard:
+def build(config: Config, limits: Limits) -> dict:
     rows = [("OTLP receiver", _receiver(limits)), ("ClickHouse writer", _writer()), ("Spool", _spool()),
             ("Exporter health", _exporters(limits))]
     return dashboard(UID, "infersight / Pipeline health",

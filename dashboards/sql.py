@@ -4,14 +4,16 @@ The library's SQL is never copied: each query function runs against :class:`Capt
 which records the SQL text and its bound parameters instead of querying. Then every server-side
 parameter becomes what Grafana can send: the time window becomes the plugin's macros
 (``$__fromTime_ms``/``$__toTime_ms``, ``$__fromTime`` for ``DateTime`` parameters), the database
-an identifier, and the remaining values literals fixed when the dashboard is built.
+an identifier, filters the dashboard lets the user pick become its template variables
+(``${model:sqlstring}``: Grafana quotes and escapes the chosen value), and the remaining values
+literals fixed when the dashboard is built.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # A library query's server-side parameter: {name:Type}.
@@ -62,15 +64,25 @@ def _literal(name: str, ch_type: str, value: Any) -> str:
     raise ValueError(f"parameter {name} of type {ch_type} ({value!r}) has no Grafana rendering")
 
 
-def grafana_sql(query: Callable[..., Any], database: str, **options: Any) -> str:
-    """The library query as panel SQL: the dashboard's time range via macros, everything else literal."""
+def grafana_sql(query: Callable[..., Any], database: str, variables: Mapping[str, str] | None = None,
+                **options: Any) -> str:
+    """The library query as panel SQL: the dashboard's time range via macros, the String parameters named in
+    ``variables`` (parameter -> dashboard variable) via those variables, everything else literal."""
     sql, parameters = capture(query, database, **options)
+    variables = variables or {}
+    unknown = set(variables) - set(parameters)
+    if unknown:
+        raise ValueError(f"{query.__name__} has no parameter {sorted(unknown)} for a dashboard variable")
 
     def render(match: re.Match) -> str:
         name, ch_type = match.group(1), match.group(2)
         macro = WINDOW_MACROS.get((name, ch_type))
         if macro:
             return macro
+        if name in variables:
+            if ch_type != "String":
+                raise ValueError(f"parameter {name} of type {ch_type} cannot take a dashboard variable")
+            return f"${{{variables[name]}:sqlstring}}"
         if name in ("start", "end"):
             raise ValueError(f"time parameter {name} of type {ch_type} has no Grafana macro")
         return _literal(name, ch_type, parameters[name])

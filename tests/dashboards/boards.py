@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from infersight.dashboards.build import all_dashboards
 from infersight.dashboards.datasources import CLICKHOUSE_PLUGIN
 
-# What Grafana puts in for "All" of a multi-value variable (allValue): the regex matches everything.
-VARIABLE = re.compile(r"\$(model|pool|node)\b")
+# What Grafana puts in for "All" of a variable (allValue): the regex matches everything.
+VARIABLE = re.compile(r"\$(?!__)(\w+)\b")
 ALL = ".*"
+# $__rate_interval as Grafana computes it for the provisioned datasource (timeInterval 15s): 4 x 15s.
+RATE_INTERVAL = "1m"
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class Query:
     @property
     def expanded(self) -> str:
         """The query with the dashboard variables set to All, as Grafana sends it."""
-        return VARIABLE.sub(ALL, self.text)
+        return VARIABLE.sub(ALL, self.text.replace("$__rate_interval", RATE_INTERVAL))
 
 
 def panels(board: dict) -> list[dict]:
@@ -47,6 +49,12 @@ def promql(boards: list[dict]) -> list[Query]:
 
 def sql(boards: list[dict]) -> list[Query]:
     return [q for q in queries(boards) if q.datasource == CLICKHOUSE_PLUGIN]
+
+
+def prometheus_variables(board: dict) -> list[dict]:
+    """The board's Prometheus query variables (not its datasource or ClickHouse ones)."""
+    return [v for v in board["templating"]["list"]
+            if v["type"] == "query" and v["datasource"]["type"] == "prometheus"]
 
 
 def default_boards() -> list[dict]:

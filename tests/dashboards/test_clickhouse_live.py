@@ -12,11 +12,20 @@ import datetime as dt
 import pytest
 
 from infersight.config import parse_config
+from infersight.dashboards import traces
 from infersight.dashboards.build import all_dashboards
-from infersight.dashboards.macros import MacroError, expand
+from infersight.dashboards.macros import MacroError, expand, interpolate
 from infersight.pipelines.queries import library
 from tests.dashboards.boards import sql
 from tests.pipelines import boundary_data, incident_data
+
+ALL = {name: None for name in traces.FILTERS.values()}  # every variable on "All"
+ALL_VALUES = {name: traces.ALL_SQL for name in traces.FILTERS.values()}
+
+
+def as_sent(text: str, start, end, **chosen: str) -> str:
+    """Panel SQL as Grafana sends it: variables chosen (the rest on All), then the plugin's macros."""
+    return expand(interpolate(text, {**ALL, **chosen}, ALL_VALUES), start, end)
 
 # What each panel must equal: the library call with the options the dashboard chose.
 LIBRARY_CALLS = {
@@ -41,14 +50,14 @@ def test_every_sql_panel_runs_and_matches_its_library_query(incident):
     assert sorted(q.panel for q in statements) == sorted(LIBRARY_CALLS)
     for query in statements:
         assert f"`{db}`." in query.text  # the database named by clickhouse.dsn
-        rows = list(client.query(expand(query.text, data.t0, data.end)).named_results())
+        rows = list(client.query(as_sent(query.text, data.t0, data.end)).named_results())
         assert rows, f"{query.panel}: no rows for the incident window"
         assert rows == LIBRARY_CALLS[query.panel](client, db, data.t0, data.end), query.panel
 
 
 def test_panels_show_the_incident(incident):
     client, db, data, statements = incident
-    by_title = {q.panel: list(client.query(expand(q.text, data.t0, data.end)).named_results()) for q in statements}
+    by_title = {q.panel: list(client.query(as_sent(q.text, data.t0, data.end)).named_results()) for q in statements}
     assert by_title["Slowest requests by TTFT"][0]["trace_id"] == data.trace_id("long-prefill")
     stalls = by_title["Token stalls per instance and minute"]
     assert {r["instance"] for r in stalls} == {"i-2"} and max(r["max_gap_ms"] for r in stalls) == 3000.0
@@ -57,7 +66,52 @@ def test_panels_show_the_incident(incident):
     # a window before the incident: the same SQL finds nothing
     before = data.t0 - dt.timedelta(hours=2)
     slowest = next(q for q in statements if q.panel == "Slowest requests by TTFT")
-    assert list(client.query(expand(slowest.text, before, before + dt.timedelta(minutes=10))).named_results()) == []
+    assert list(client.query(as_sent(slowest.text, before, before + dt.timedelta(minutes=10))).named_results()) == []
+
+
+def test_variables_list_the_incident_and_filter_like_the_library(incident):
+    client, db, data, statements = incident
+    listed = {name: [r[0] for r in client.query(expand(q, data.t0, data.end)).result_rows]
+              for name, q in traces.variables_sql(db).items()}
+    assert listed["model"] == [incident_data.MODEL] and {"canary", "stable"} <= set(listed["pool"])
+    assert "i-2" in listed["instance"]
+    by_title = {q.panel: q.text for q in statements}
+    for variable, parameter, value in (("instance", "instance", "i-2"), ("pool", "pool", "canary"),
+                                       ("model", "model", "no-such-model")):
+        for title, call in (("Slowest requests by TTFT", lambda **f: library.slowest(
+                client, db, data.t0, data.end, by="ttft", limit=20, **f)),
+                            ("Token stalls per instance and minute", lambda **f: library.window_stalls(
+                client, db, data.t0, data.end, **f))):
+            got = list(client.query(as_sent(by_title[title], data.t0, data.end, **{variable: value})).named_results())
+            assert got == call(**{parameter: value}), (title, variable)
+            if value == "no-such-model":
+                assert got == []
+    canary = as_sent(by_title["TTFT percentiles per minute, by pool"], data.t0, data.end, pool="canary")
+    rows = list(client.query(canary).named_results())
+    assert rows and {r["pool"] for r in rows} == {"canary"}
+    assert rows == library.percentiles(client, db, data.t0, data.end, by="pool", pool="canary")
+
+
+def test_a_value_with_a_quote_cannot_break_out_of_the_filter(incident):
+    client, db, data, statements = incident
+    slowest = next(q.text for q in statements if q.panel == "Slowest requests by TTFT")
+    hostile = "x' OR 1=1 OR Model = '"
+    assert list(client.query(as_sent(slowest, data.t0, data.end, model=hostile)).named_results()) == []
+
+
+def test_trace_ids_open_the_trace_view(incident):
+    client, db, data, _ = incident
+    trace = data.trace_id("long-prefill")
+    rows = list(client.query(traces.trace_view_sql(db, trace)).named_results())
+    spans = {s["span_id"]: s for s in library.trace_spans(client, db, trace)}
+    assert len(spans) > 1 and sorted(r["spanID"] for r in rows) == sorted(spans)
+    assert {r["traceID"] for r in rows} == {trace}
+    assert all(round(r["duration"], 2) == spans[r["spanID"]]["duration_ms"] for r in rows)  # milliseconds
+    assert {"traceID", "spanID", "parentSpanID", "serviceName", "operationName", "startTime", "duration", "tags",
+            "serviceTags"} <= set(rows[0])
+    link = traces.trace_link(db)
+    assert link["internal"]["query"]["rawSql"] == traces.trace_view_sql(db)
+    assert "${__value.raw}" in link["internal"]["query"]["rawSql"]
 
 
 def test_panels_keep_exactly_the_window_on_unmerged_parts(clickhouse_server, clickhouse_schema):

@@ -18,7 +18,7 @@ from infersight.alerts.build import build as build_alerts
 from infersight.config import parse_config
 from infersight.signals import gateway
 from tests.conftest import PrometheusServer, require_tool
-from tests.dashboards.boards import default_boards, promql
+from tests.dashboards.boards import default_boards, prometheus_variables, promql
 from tests.dashboards.live_fleet import LiveFleet
 
 DEADLINE_S = 30
@@ -71,7 +71,7 @@ def test_every_promql_expression_parses_and_returns_data(live):
 
 def test_variables_list_values_from_live_series(live):
     for board in default_boards():
-        for var in board["templating"]["list"]:
+        for var in prometheus_variables(board):
             metric, label = var["query"][len("label_values("):-1].split(", ")
             url = f"{live.url}/api/v1/label/{label}/values?{urllib.parse.urlencode({'match[]': metric})}"
             with urllib.request.urlopen(url, timeout=5) as response:

@@ -16,14 +16,20 @@ from infersight.config import parse_config
 from infersight.dashboards import build as dashboards_build
 from infersight.dashboards.build import all_dashboards
 from infersight.dashboards.datasources import (
+    CLICKHOUSE_PLUGIN,
+    CLICKHOUSE_REF,
     CLICKHOUSE_UID,
+    CLICKHOUSE_VARIABLE,
     PASSWORD_ENV,
+    PROMETHEUS_REF,
     PROMETHEUS_UID,
+    PROMETHEUS_VARIABLE,
     ProvisioningError,
     datasources_yaml,
 )
+from infersight.dashboards.panels import SCHEMA_VERSION
 from infersight.signals import CATALOG
-from tests.dashboards.boards import panels, promql, queries, sql
+from tests.dashboards.boards import panels, prometheus_variables, promql, queries, sql
 from tests.promql_names import metric_names
 
 DASHBOARDS_SOURCE = Path(dashboards_build.__file__).parent
@@ -41,7 +47,60 @@ def test_five_dashboards_with_unique_uids_and_titles(boards):
     assert len({b["title"] for b in boards}) == 5
     for board in boards:
         json.loads(json.dumps(board, allow_nan=False))  # plain JSON, no NaN Grafana would refuse
-        assert board["schemaVersion"] and board["time"]["from"].startswith("now-")
+        assert board["schemaVersion"] == SCHEMA_VERSION == 42 and board["time"]["from"].startswith("now-")
+        assert board["graphTooltip"] == 1, "shared crosshair"
+        assert "__inputs" not in board, "provisioned dashboards do not resolve __inputs"
+
+
+def test_datasources_only_through_variables(boards):
+    """No uid in any panel, target or variable: provisioning and UI import into another Grafana both work."""
+    for board in boards:
+        text = json.dumps(board)
+        assert PROMETHEUS_UID not in json.dumps(board["panels"]) and CLICKHOUSE_UID not in json.dumps(board["panels"])
+        sources = {v["name"]: v for v in board["templating"]["list"] if v["type"] == "datasource"}
+        refs = {json.dumps(p["datasource"], sort_keys=True) for p in panels(board)}
+        refs |= {json.dumps(v["datasource"], sort_keys=True) for v in board["templating"]["list"] if "datasource" in v}
+        expected = {PROMETHEUS_VARIABLE: ("prometheus", PROMETHEUS_REF, PROMETHEUS_UID),
+                    CLICKHOUSE_VARIABLE: (CLICKHOUSE_PLUGIN, CLICKHOUSE_REF, CLICKHOUSE_UID)}
+        for name, (plugin, ref, uid) in expected.items():
+            used = json.dumps(ref, sort_keys=True) in refs
+            assert used == (name in sources), (board["uid"], name)
+            if used:
+                assert sources[name]["query"] == plugin and sources[name]["current"]["value"] == uid
+                assert text.count(uid) == 1, "the uid only as the variable's saved choice"
+        assert refs <= {json.dumps(r, sort_keys=True) for r in (PROMETHEUS_REF, CLICKHOUSE_REF)}, board["uid"]
+
+
+def test_dashboards_link_to_each_other_keeping_time_and_variables(boards):
+    tags = {tag for board in boards for tag in board["tags"]}
+    for board in boards:
+        (link,) = board["links"]
+        assert link["type"] == "dashboards" and set(link["tags"]) <= tags
+        assert link["includeVars"] and link["keepTime"]
+
+
+def test_rate_windows_follow_the_resolution(boards):
+    """rate() reads $__rate_interval; fixed windows only where the window is the question ("in 5 minutes")."""
+    exprs = [q.text for q in promql(boards)]
+    windows = [w for e in exprs for w in re.findall(r"\brate\([^\[]*\[([^\]]+)\]", e)]
+    assert len(windows) > 40 and set(windows) == {"$__rate_interval"}
+
+
+def test_legends_fit_and_data_points_follow_the_width(boards):
+    for board in boards:
+        for panel in panels(board):
+            where = (board["uid"], panel["title"])
+            legend = panel["options"].get("legend")
+            if panel["type"] == "timeseries":
+                assert legend["showLegend"]
+                if legend["placement"] == "right":
+                    assert panel["gridPos"]["w"] == 24, where
+                if panel["gridPos"]["w"] < 12:
+                    assert legend["displayMode"] == "list", where
+            if panel["type"] == "heatmap":
+                assert 0 < panel["maxDataPoints"] <= 100, where
+            else:
+                assert "maxDataPoints" not in panel, where  # Grafana uses the panel's width in pixels
 
 
 def test_every_panel_has_title_datasource_unit_and_targets(boards):
@@ -49,8 +108,8 @@ def test_every_panel_has_title_datasource_unit_and_targets(boards):
         for panel in panels(board):
             where = f"{board['uid']} / {panel.get('title')!r}"
             assert panel["title"].strip(), where
-            assert panel["type"] in ("timeseries", "table", "heatmap"), where
-            assert panel["datasource"]["uid"] in (PROMETHEUS_UID, CLICKHOUSE_UID), where
+            assert panel["type"] in ("timeseries", "table", "heatmap", "stat", "gauge"), where
+            assert panel["datasource"] in (PROMETHEUS_REF, CLICKHOUSE_REF), where
             assert panel["fieldConfig"]["defaults"]["unit"], where
             assert panel["targets"], where
             ref_ids = [t["refId"] for t in panel["targets"]]
@@ -80,8 +139,8 @@ def test_rows_have_titles_and_repeats_use_defined_variables(boards):
         for panel in panels(board):
             if panel.get("repeat"):
                 assert panel["repeat"] in variables
-            used = set(re.findall(r"\$(\w+)", json.dumps(panel["targets"]))) - {"__fromTime", "__toTime",
-                                                                                  "__fromTime_ms", "__toTime_ms"}
+            text = json.dumps(panel["targets"])
+            used = {n for n in re.findall(r"\$\{?(\w+)", text) if not n.startswith("__")}
             assert used <= variables, (board["uid"], panel["title"], used - variables)
 
 
@@ -92,7 +151,7 @@ def test_the_loop_is_closed_every_series_queried_is_produced(boards):
     produced = {series for signal in CATALOG.values() for series in signal.series_names()}
     used = set().union(*(metric_names(q.text) for q in promql(boards)))
     for board in boards:
-        for var in board["templating"]["list"]:
+        for var in prometheus_variables(board):
             metric, _label = LABEL_VALUES.match(var["query"]).groups()
             assert metric in produced
             used.add(metric)
@@ -117,7 +176,7 @@ def test_sql_panels_use_grafana_macros_and_no_bound_parameters(boards):
     assert len(statements) == 6
     for query in statements:
         assert "$__fromTime" in query.text and "$__toTime" in query.text, query.panel
-        assert not re.search(r"\{\w+:[^{}]+\}", query.text), query.panel
+        assert not re.search(r"(?<!\$)\{\w+:[^{}]+\}", query.text), query.panel
         assert "`default`." in query.text  # the database of clickhouse.dsn
 
 
