@@ -121,10 +121,10 @@ def test_panels_keep_exactly_the_window_on_unmerged_parts(clickhouse_server, cli
     data = boundary_data.load(client, clickhouse_schema, t0)
     config = parse_config({"clickhouse": {"dsn": f"{clickhouse_server.url}/{clickhouse_schema}"}})
     for query in sql(all_dashboards(config)):
-        rows = list(client.query(expand(query.text, data.start, data.end)).named_results())
+        rows = list(client.query(as_sent(query.text, data.start, data.end)).named_results())
         assert rows == LIBRARY_CALLS[query.panel](client, clickhouse_schema, data.start, data.end), query.panel
     slowest = next(q for q in sql(all_dashboards(config)) if q.panel == "Slowest requests by TTFT")
-    rows = client.query(expand(slowest.text, data.start, data.end)).named_results()
+    rows = client.query(as_sent(slowest.text, data.start, data.end)).named_results()
     assert {r["trace_id"] for r in rows} == data.inside()
 
 
