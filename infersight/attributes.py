@@ -8,6 +8,8 @@ A *request span* is the one span per request per service (gateway, proxy or engi
 ``llm.request.outcome``; rollups and post-incident queries select request spans by that key.
 """
 
+import enum
+
 # OpenTelemetry GenAI semantic conventions.
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"  # "chat", "text_completion"
 GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"  # "vllm", "sglang", "openai" ...
@@ -20,7 +22,7 @@ GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"  # string arra
 GEN_AI_RESPONSE_ID = "gen_ai.response.id"
 
 # Request outcome and timing (milliseconds as floats; Duration of the span is the e2e time).
-REQUEST_OUTCOME = "llm.request.outcome"  # success, error, cancelled, timeout, rejected
+REQUEST_OUTCOME = "llm.request.outcome"  # an Outcome value
 REQUEST_ID = "llm.request.id"  # the gateway's request id (also carried as the W3C trace id)
 TTFT_MS = "llm.ttft_ms"
 TPOT_MS = "llm.tpot_ms"
@@ -28,6 +30,17 @@ QUEUE_MS = "llm.queue_ms"
 CACHED_INPUT_TOKENS = "llm.usage.cached_input_tokens"
 TIMEOUT_KIND = "llm.timeout.kind"  # ttft, total, idle
 ERROR_TYPE = "error.type"  # OTel general convention
+
+
+class Outcome(enum.StrEnum):
+    """How a request ended: the values of ``llm.request.outcome``."""
+
+    SUCCESS = "success"
+    ERROR = "error"
+    CANCELLED = "cancelled"  # the client gave up; not counted as an error
+    TIMEOUT = "timeout"
+    REJECTED = "rejected"  # refused before it started (overload, 503)
+
 
 # Where the request ran and how it was routed. The engine instance is its endpoint host:port
 # (DESIGN 10): ``llm.instance`` holds it as the metrics' ``instance`` label writes it, and

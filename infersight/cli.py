@@ -28,17 +28,32 @@ COMMAND_MODULES = (
 )
 
 
+CONFIG_HELP = "config file (default: $INFERSIGHT_CONFIG, else ./infersight.yaml, else built-in defaults)"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: it accepts ``--config`` too, so ``infersight traces show ID --config x.yaml``
+    works as well as ``infersight --config x.yaml traces show ID``.
+
+    argparse hands ``parser_class`` down to nested subcommands, so every level gets it. The default
+    is SUPPRESS: a subcommand that was not given ``--config`` leaves the top-level value alone.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=CONFIG_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="infersight",
         description="Observability and tracing for LLM inference clusters.",
         epilog="Run 'infersight COMMAND --help' for a command's options.",
     )
-    parser.add_argument("--config", metavar="PATH",
-                        help="config file (default: $INFERSIGHT_CONFIG, else ./infersight.yaml, "
-                             "else built-in defaults)")
+    parser.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
     parser.add_argument("--version", action="version", version=f"infersight {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands",
+                                       parser_class=CommandParser)
     subparsers.required = True
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)

@@ -59,7 +59,7 @@ from infersight.instrumentation.propagation import extract_context, format_trace
 
 _now = time.perf_counter_ns
 log = logging.getLogger(__name__)
-OUTCOMES = ("success", "error", "cancelled", "timeout", "rejected")
+OUTCOMES = tuple(attr.Outcome)
 TIMEOUT_KINDS = ("ttft", "total", "idle")
 SCOPE = "infersight.instrumentation"
 

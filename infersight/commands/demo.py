@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from infersight import attributes
-from infersight.commands.output import render
+from infersight.commands.output import OutputError, output_folder, render
 from infersight.config import Config
 
 STEPS = 6
@@ -63,10 +63,11 @@ def run_demo(args, config: Config) -> int:
         print("infersight demo: --requests must be at least 10", file=sys.stderr)
         return 2
     quiet = args.format == "json"
-    out = Path(args.out)
-    if not args.keep:
-        shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = _demo_folder(Path(args.out), keep=args.keep)
+    except OutputError as exc:
+        print(f"infersight demo: {exc}", file=sys.stderr)
+        return 2
 
     _step(1, f"embedded ClickHouse in {out / 'clickhouse'}", quiet)
     server = ClickHouseServer(out / "clickhouse", port=0)
@@ -157,6 +158,26 @@ def run_demo(args, config: Config) -> int:
         if gpus is not None:
             gpus.stop()
         server.stop()
+
+
+# Written into every demo folder: only a folder holding it is ever deleted for a fresh start.
+DEMO_MARKER = ".infersight-demo"
+
+
+def _demo_folder(out: Path, keep: bool) -> Path:
+    """The demo's folder, emptied unless ``keep``; refuses to delete a folder the demo did not make."""
+    if out.is_dir() and not keep and any(out.iterdir()):
+        # An older demo's folder (before the marker) is known by its embedded ClickHouse data.
+        if not (out / DEMO_MARKER).is_file() and not (out / "clickhouse").is_dir():
+            raise OutputError(f"--out {out}: the folder holds files the demo did not write; "
+                              "give an empty or new folder (the demo deletes its folder's contents)")
+        shutil.rmtree(out)
+    folder = output_folder(out)
+    try:
+        (folder / DEMO_MARKER).write_text("written by infersight demo; the next demo run may delete this folder\n")
+    except OSError as exc:
+        raise OutputError(f"--out {out}: cannot write into the folder ({exc.strerror or exc})") from None
+    return folder
 
 
 def _progress(total: int):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 FORMATS = ("table", "json", "csv")
@@ -44,3 +46,21 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
+
+
+class OutputError(Exception):
+    """An output folder that cannot be used; the message says which and why."""
+
+
+def output_folder(path: str | Path, flag: str = "--out") -> Path:
+    """``path`` as a folder that exists and can be written to, creating it (and its parents) if needed."""
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{flag} {path}: is a file, not a folder; give a folder to write into")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{flag} {path}: cannot create the folder ({exc.strerror or exc})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{flag} {path}: the folder is not writable by this user")
+    return folder

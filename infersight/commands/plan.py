@@ -7,6 +7,7 @@ import sys
 
 from infersight import __version__
 from infersight.capacity import GPU_PRESETS, CapacityPlan, human_bytes, plan
+from infersight.commands.arguments import float_range, int_range
 from infersight.config import Config
 
 
@@ -16,8 +17,10 @@ def register(subparsers) -> None:
         description="Turn the model and GPU specs of the config into capacity figures. "
                     "The model comes from the config's capacity section; flags override the rest.")
     p.add_argument("--gpu", help=f"GPU preset, or 'all' to compare every preset ({', '.join(GPU_PRESETS)})")
-    p.add_argument("--context", type=int, metavar="TOKENS", help="context length per request (prompt + output)")
-    p.add_argument("--rate", type=float, metavar="TOK_PER_S", help="per-request decode rate target")
+    p.add_argument("--context", type=int_range(1, 10_000_000, "tokens"), metavar="TOKENS",
+                   help="context length per request, prompt + output (default: capacity.context_tokens)")
+    p.add_argument("--rate", type=float_range(0.0, 100_000.0, low_open=True, what="tokens/s"), metavar="TOK_PER_S",
+                   help="per-request decode rate target (default: capacity.target_tokens_per_s)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run_plan)
 
@@ -37,9 +40,9 @@ def plans_for(config: Config, gpu: str | None = None, context: int | None = None
     else:
         specs = [cap.gpu_spec()]
     return [
-        plan(cap.model, spec, context_tokens=context or cap.context_tokens,
+        plan(cap.model, spec, context_tokens=cap.context_tokens if context is None else context,
              prefill_utilization=cap.prefill_utilization,
-             target_tokens_per_s=rate or cap.target_tokens_per_s,
+             target_tokens_per_s=cap.target_tokens_per_s if rate is None else rate,
              memory_utilization=cap.memory_utilization)
         for spec in specs
     ]

@@ -3,14 +3,22 @@
 
 from __future__ import annotations
 
-import argparse
+import datetime as dt
 import re
 import sys
 from collections.abc import Callable
 
-from infersight.commands.output import add_format_flag, render
+from infersight.attributes import Outcome
+from infersight.commands.arguments import comma_list, enum_values, float_range, int_range, joined
+from infersight.commands.output import OutputError, add_format_flag, output_folder, render
+from infersight.pipelines.queries.library import GROUP_COLUMNS, PERCENTILE_METRICS, SORT_COLUMNS
 
 TRACE_ID_RE = re.compile(r"^[0-9a-fA-F]{32}$")
+# Bounds that keep a typo from becoming a query that runs for minutes or overflows a parameter type.
+rows_limit = int_range(1, 10_000, "rows")
+gap_ms = float_range(0.0, 3_600_000.0, what="ms")
+PLURALS = {"model": "models", "instance": "instances", "pool": "pools", "strategy": "strategies",
+           "service": "services"}
 
 
 class UserError(Exception):
@@ -26,12 +34,13 @@ def register(subparsers) -> None:
     actions.required = True
 
     slowest = _command(actions, "slowest", "the slowest requests in a window, by TTFT or e2e", run_slowest)
-    slowest.add_argument("--by", choices=("ttft", "e2e", "gap"), default="ttft",
+    slowest.add_argument("--by", choices=tuple(SORT_COLUMNS), default="ttft",
                          help="sort key: ttft, e2e or the longest inter-token gap (default: ttft)")
-    slowest.add_argument("--limit", type=_positive_int, default=20, help="rows to show (default: 20)")
+    slowest.add_argument("--limit", type=rows_limit, default=20, help="rows to show, 1-10000 (default: 20)")
     for name in ("model", "instance", "pool", "strategy"):
         slowest.add_argument(f"--{name}", help=f"only requests with this {name}")
-    slowest.add_argument("--status", help="only this outcome: success, error, cancelled, timeout, rejected")
+    slowest.add_argument("--status", choices=enum_values(Outcome), metavar="OUTCOME",
+                         help=f"only requests that ended so: {', '.join(enum_values(Outcome))}")
     _service_flag(slowest)
 
     show = _command(actions, "show", "one trace: its span tree and token timeline", run_show, window=False)
@@ -41,9 +50,10 @@ def register(subparsers) -> None:
     stalls = _command(actions, "stalls", "longest inter-token gaps of a trace, or stalled requests in a window",
                       run_stalls)
     stalls.add_argument("trace_id", nargs="?", help="a trace: its longest gaps (otherwise: the window)")
-    stalls.add_argument("--min-gap-ms", type=_non_negative_float, default=500.0,
+    stalls.add_argument("--min-gap-ms", type=gap_ms, default=500.0,
                         help="window mode: requests whose longest gap exceeded this (default: 500)")
-    stalls.add_argument("--top", type=_positive_int, default=5, help="trace mode: gaps to show (default: 5)")
+    stalls.add_argument("--top", type=int_range(1, 1000, "gaps"), default=5,
+                        help="trace mode: gaps to show, 1-1000 (default: 5)")
     stalls.add_argument("--instance", help="window mode: only this instance")
     _service_flag(stalls)
 
@@ -56,20 +66,22 @@ def register(subparsers) -> None:
     _service_flag(neighbors)
 
     retries = _command(actions, "retries", "retry chains: attempts across instances with their backoff", run_retries)
-    retries.add_argument("--min-attempts", type=_positive_int, default=2, help="default: 2")
-    retries.add_argument("--limit", type=_positive_int, default=100, help="chains to show (default: 100)")
+    retries.add_argument("--min-attempts", type=int_range(1, 1000, "attempts"), default=2,
+                         help="chains with at least this many attempts (default: 2)")
+    retries.add_argument("--limit", type=rows_limit, default=100, help="chains to show, 1-10000 (default: 100)")
 
     percentiles = _command(actions, "percentiles", "TTFT (or TPOT, e2e) p50/p95/p99 per minute, from the rollup",
                            run_percentiles)
-    percentiles.add_argument("--by", choices=("instance", "pool", "model", "strategy"), default="instance")
-    percentiles.add_argument("--metric", choices=("ttft", "tpot", "e2e"), default="ttft",
+    percentiles.add_argument("--by", choices=tuple(GROUP_COLUMNS), default="instance",
+                             help="one line per instance, pool, model or strategy (default: instance)")
+    percentiles.add_argument("--metric", choices=tuple(PERCENTILE_METRICS), default="ttft",
                              help="time to first token, time per output token or end to end (default: ttft)")
     percentiles.add_argument("--pool", help="only this pool")
     percentiles.add_argument("--instance", help="only this instance")
     _service_flag(percentiles)
 
     compare = _command(actions, "compare", "canary vs stable: TTFT percentiles, tokens/s, error rate", run_compare)
-    compare.add_argument("--pools", help="comma-separated pools to compare (default: all)")
+    compare.add_argument("--pools", type=comma_list, help="comma-separated pools to compare (default: all)")
     _service_flag(compare)
 
     incident = subparsers.add_parser("incident", help="incident report (HTML + Markdown with plots)",
@@ -84,9 +96,10 @@ def register(subparsers) -> None:
     _window_flags(report, default="1h")
     report.add_argument("--out", required=True, help="folder to write the report into (created if missing)")
     report.add_argument("--dsn", help="ClickHouse DSN (default: clickhouse.dsn from the config)")
-    report.add_argument("--min-gap-ms", type=_non_negative_float, default=500.0,
+    report.add_argument("--min-gap-ms", type=gap_ms, default=500.0,
                         help="inter-token gap that counts as a stall (default: 500)")
-    report.add_argument("--worst", type=_positive_int, default=5, help="token timelines to plot (default: 5)")
+    report.add_argument("--worst", type=int_range(1, 20, "timelines"), default=5,
+                        help="token timelines to plot, 1-20 (default: 5)")
     report.add_argument("--service", help="request spans of this service only (default: all, one per trace)")
     report.add_argument("--prometheus", help="Prometheus URL (default: prometheus.url; 'none' to skip)")
     report.set_defaults(func=_guarded(run_report))
@@ -112,22 +125,6 @@ def _service_flag(parser) -> None:
     parser.add_argument("--service", help="only request spans of this service (default: all, one per trace)")
 
 
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return int(text)
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
 def _guarded(handler: Callable) -> Callable:
     """Turn expected failures into one line on stderr and exit code 1."""
 
@@ -139,7 +136,7 @@ def _guarded(handler: Callable) -> Callable:
 
         try:
             return handler(args, config)
-        except (UserError, WindowError, ConnectionFailed) as exc:
+        except (UserError, WindowError, ConnectionFailed, OutputError) as exc:
             print(f"infersight: {exc}", file=sys.stderr)
         except ClickHouseError as exc:
             text = str(exc)
@@ -166,6 +163,27 @@ def _window(args, default: str = "1h"):
     return resolve(args.since, args.start, args.end, default_since=default)
 
 
+def _require_known(client, db: str, window, **filters) -> None:
+    """Refuse a filter value with no requests in the window, naming the values that do have some.
+
+    Without this a typo (``--pool canry``) and a quiet pool both print "(no rows)"; only one of
+    them is an answer.
+    """
+    from infersight.pipelines.queries import library
+
+    for dimension, values in filters.items():
+        wanted = (values,) if isinstance(values, str) else tuple(values or ())
+        if not wanted:
+            continue
+        known = library.dimension_values(client, db, window.start, window.end, dimension)
+        missing = [v for v in wanted if v not in known]
+        if missing:
+            names = ", ".join(repr(v) for v in missing)
+            seen = (f"{PLURALS[dimension]} with requests then: {joined(known)}" if known
+                    else "there were no requests at all in that window")
+            raise UserError(f"no requests with {dimension} {names} in {window}; {seen}")
+
+
 def _print(rows, args, columns: list[str]) -> None:
     print(render(rows, args.format, None if args.format == "json" else columns))
 
@@ -175,9 +193,11 @@ def run_slowest(args, config) -> int:
 
     window = _window(args)
     client, db = _store(args, config)
-    rows = library.slowest(client, db, window.start, window.end, by=args.by, limit=args.limit, model=args.model,
-                           instance=args.instance, pool=args.pool, strategy=args.strategy, status=args.status,
-                           service=args.service)
+    filters = {"model": args.model, "instance": args.instance, "pool": args.pool, "strategy": args.strategy,
+               "service": args.service}
+    _require_known(client, db, window, **filters)
+    rows = library.slowest(client, db, window.start, window.end, by=args.by, limit=args.limit, status=args.status,
+                           **filters)
     _print(rows, args, ["trace_id", "started", "service", "instance", "pool", "outcome", "ttft_ms", "e2e_ms",
                         "max_gap_ms", "input_tokens", "output_tokens"])
     return 0
@@ -240,6 +260,7 @@ def run_stalls(args, config) -> int:
         _print(rows, args, ["token_index", "gap_ms", "gap_started", "gap_offset_ms", "instance"])
         return 0
     window = _window(args)
+    _require_known(client, db, window, instance=args.instance, service=args.service)
     rows = library.window_stalls(client, db, window.start, window.end, min_gap_ms=args.min_gap_ms,
                                  instance=args.instance, service=args.service)
     _print(rows, args, ["minute", "instance", "requests", "max_gap_ms", "mean_gap_ms", "first_stall_at",
@@ -249,10 +270,14 @@ def run_stalls(args, config) -> int:
 
 def run_neighbors(args, config) -> int:
     from infersight.pipelines.queries import library
-    from infersight.pipelines.queries.window import parse_duration, parse_time
+    from infersight.pipelines.queries.window import Window, parse_duration, parse_time
 
     at, lookback = parse_time(args.at), parse_duration(args.lookback)
+    if not dt.timedelta(0) < lookback <= dt.timedelta(days=1):
+        raise UserError(f"--lookback {args.lookback} is out of range; give a duration from 1s to 1d, e.g. 15m")
     client, db = _store(args, config)
+    _require_known(client, db, Window(at - lookback, at + dt.timedelta(microseconds=1)), instance=args.instance,
+                   service=args.service)
     rows = library.neighbors(client, db, args.instance, at, lookback=lookback, service=args.service)
     _print(rows, args, ["trace_id", "phase", "running_for_ms", "prompt_tokens", "cached_tokens", "prefix_cached",
                         "output_tokens", "ttft_ms", "e2e_ms", "outcome"])
@@ -265,7 +290,7 @@ def run_retries(args, config) -> int:
     window = _window(args)
     client, db = _store(args, config)
     rows = library.retries(client, db, window.start, window.end, min_attempts=args.min_attempts, limit=args.limit)
-    _print(rows, args, ["trace_id", "attempt", "instance", "started", "duration_ms", "status", "outcome",
+    _print(rows, args, ["trace_id", "attempt", "instance", "started", "duration_ms", "status", "error",
                         "backoff_ms", "gap_ms"])
     return 0
 
@@ -275,6 +300,7 @@ def run_percentiles(args, config) -> int:
 
     window = _window(args)
     client, db = _store(args, config)
+    _require_known(client, db, window, service=args.service, pool=args.pool, instance=args.instance)
     rows = library.percentiles(client, db, window.start, window.end, by=args.by, metric=args.metric,
                                service=args.service, pool=args.pool, instance=args.instance)
     _print(rows, args, ["minute", "service", args.by, "requests", "errors",
@@ -287,8 +313,8 @@ def run_compare(args, config) -> int:
 
     window = _window(args)
     client, db = _store(args, config)
-    pools = tuple(p.strip() for p in args.pools.split(",") if p.strip()) if args.pools else ()
-    rows = library.compare_pools(client, db, window.start, window.end, service=args.service, pools=pools)
+    _require_known(client, db, window, service=args.service, pool=args.pools)
+    rows = library.compare_pools(client, db, window.start, window.end, service=args.service, pools=args.pools or ())
     _print(rows, args, ["service", "pool", "requests", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tokens_per_s",
                         "error_rate"])
     return 0
@@ -298,12 +324,18 @@ def run_report(args, config) -> int:
     from infersight.pipelines.queries import report
 
     window = _window(args)
+    folder = output_folder(args.out)
     client, db = _store(args, config)
+    if args.service:
+        _require_known(client, db, window, service=args.service)
     prometheus = args.prometheus if args.prometheus is not None else config.prometheus.url
     if prometheus and prometheus.lower() == "none":
         prometheus = None
-    written = report.write_report(client, db, window, args.out, min_gap_ms=args.min_gap_ms, worst=args.worst,
-                                  service=args.service or "", prometheus_url=prometheus)
+    try:
+        written = report.write_report(client, db, window, folder, min_gap_ms=args.min_gap_ms, worst=args.worst,
+                                      service=args.service or "", prometheus_url=prometheus)
+    except OSError as exc:
+        raise UserError(f"cannot write the report into {folder}: {exc.strerror or exc}") from None
     for path in written:
         print(path)
     return 0

@@ -21,6 +21,13 @@ SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration", "gap": "TokenGapMaxMs"}
 GROUP_COLUMNS = {"instance": "Instance", "pool": "Pool", "model": "Model", "strategy": "Strategy"}
 PERCENTILE_METRICS = {"ttft": "TtftMs", "tpot": "TpotMs", "e2e": "E2eMs"}
 
+# A span's status as people read it. OpenTelemetry's "Unset" means no error was recorded: an upstream
+# attempt that worked ends Unset, so it reads "ok", never "Unset".
+SPAN_STATUS = "if(StatusCode = 'Error', 'error', 'ok')"
+# The dimensions a window can be filtered by, with the rollup column that lists their values.
+DIMENSIONS = {"model": "Model", "instance": "Instance", "pool": "Pool", "strategy": "Strategy",
+              "service": "ServiceName"}
+
 # Optional filters: an empty parameter matches everything, so the SQL never changes shape.
 REQUEST_FILTERS = """
     AND ({model:String} = '' OR Model = {model:String})
@@ -85,17 +92,17 @@ def trace_spans(client, db: str, trace_id: str) -> list[dict[str, Any]]:
     ``Timestamp < End + 1`` as ``Timestamp <= End`` in whole seconds and skips every unmerged part
     whose spans all fall in the trace's last second: the newest traces were "not found".
     """
-    rows = _rows(client, """
+    rows = _rows(client, f"""
 WITH (SELECT (toDateTime64(min(Start), 9), toDateTime64(max(End), 9) + toIntervalSecond(1))
-      FROM {db:Identifier}.otel_traces_trace_id_ts WHERE TraceId = {trace:String}) AS span_range
+      FROM {{db:Identifier}}.otel_traces_trace_id_ts WHERE TraceId = {{trace:String}}) AS span_range
 SELECT SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, SpanName AS name, Timestamp AS started,
-       round(Duration / 1e6, 2) AS duration_ms, StatusCode AS status, Instance AS instance, Pool AS pool,
+       round(Duration / 1e6, 2) AS duration_ms, {SPAN_STATUS} AS status, Instance AS instance, Pool AS pool,
        Outcome AS outcome, TtftMs AS ttft_ms, RetryAttempt AS attempt,
        Strategy AS strategy, RoutingCandidates AS candidates, PrefixCacheRatio AS prefix_cache_ratio,
        nullIf(InputTokens, 0) AS input_tokens, nullIf(CachedInputTokens, 0) AS cached_input_tokens,
        nullIf(OutputTokens, 0) AS output_tokens
-FROM {db:Identifier}.otel_traces
-WHERE TraceId = {trace:String} AND Timestamp >= span_range.1 AND Timestamp < span_range.2
+FROM {{db:Identifier}}.otel_traces
+WHERE TraceId = {{trace:String}} AND Timestamp >= span_range.1 AND Timestamp < span_range.2
 ORDER BY Timestamp, SpanId""", {"db": db, "trace": trace_id})
     if not rows:
         raise TraceNotFound(trace_id)
@@ -147,10 +154,13 @@ LIMIT {top:UInt32}""", {"db": db, "trace": trace_id, "top": top})
 
 def window_stalls(client, db: str, start: dt.datetime, end: dt.datetime, min_gap_ms: float = 500.0,
                   **filters: str) -> list[dict[str, Any]]:
-    """Requests whose longest inter-token gap exceeded ``min_gap_ms``, by instance and minute of the stall."""
+    """Requests whose longest inter-token gap exceeded ``min_gap_ms``, by instance and minute of the stall,
+    with the trace ids of the (up to) three worst as examples."""
     return _rows(client, f"""
 SELECT instance, minute, count() AS requests, round(max(gap), 1) AS max_gap_ms, round(avg(gap), 1) AS mean_gap_ms,
-       min(stall_at) AS first_stall_at, groupArray(3)(trace) AS example_traces
+       min(stall_at) AS first_stall_at,
+       -- the three worst, so the examples do not depend on which part a thread read first
+       arrayMap(x -> x.2, arraySlice(arrayReverseSort(groupArray((gap, trace))), 1, 3)) AS example_traces
 FROM (
     SELECT TraceId AS trace, Instance AS instance, TokenGapMaxMs AS gap,
            addMicroseconds(Timestamp, toInt64(ifNull(TokenStallOffsetMs, 0) * 1000)) AS stall_at,
@@ -201,27 +211,30 @@ def retries(client, db: str, start: dt.datetime, end: dt.datetime, min_attempts:
             limit: int = 100) -> list[dict[str, Any]]:
     """Retry chains: every attempt (``upstream`` span) of requests tried at least ``min_attempts`` times.
 
+    ``status`` is ``error`` or ``ok``, ``error`` the attempt's ``error.type`` (timeout, 503...);
     ``gap_ms`` is measured (previous attempt's end to this attempt's start); ``backoff_ms`` is what
     the gateway said it waited.
     """
-    return _rows(client, """
+    return _rows(client, f"""
 SELECT TraceId AS trace_id, RetryAttempt AS attempt, Instance AS instance, Timestamp AS started,
-       round(Duration / 1e6, 1) AS duration_ms, StatusCode AS status, Outcome AS outcome,
-       toFloat64OrNull(SpanAttributes[{k_backoff:String}]) AS backoff_ms,
+       round(Duration / 1e6, 1) AS duration_ms, {SPAN_STATUS} AS status,
+       nullIf(SpanAttributes[{{k_error:String}}], '') AS error,
+       toFloat64OrNull(SpanAttributes[{{k_backoff:String}}]) AS backoff_ms,
        if(RetryAttempt = 0, NULL, round(dateDiff('microsecond',
            lagInFrame(addMicroseconds(Timestamp, intDiv(Duration, 1000))) OVER chain, Timestamp) / 1000, 1)) AS gap_ms
-FROM {db:Identifier}.otel_traces
-WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND SpanName = {upstream:String}
+FROM {{db:Identifier}}.otel_traces
+WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND SpanName = {{upstream:String}}
   AND TraceId IN (
-      SELECT TraceId FROM {db:Identifier}.otel_traces
-      WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND SpanName = {upstream:String}
-      GROUP BY TraceId HAVING uniqExact(RetryAttempt) >= {min_attempts:UInt16}
-      ORDER BY min(Timestamp) LIMIT {limit:UInt32})
+      SELECT TraceId FROM {{db:Identifier}}.otel_traces
+      WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}}
+        AND SpanName = {{upstream:String}}
+      GROUP BY TraceId HAVING uniqExact(RetryAttempt) >= {{min_attempts:UInt16}}
+      ORDER BY min(Timestamp) LIMIT {{limit:UInt32}})
 WINDOW chain AS (PARTITION BY TraceId ORDER BY RetryAttempt, Timestamp
                  ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
 ORDER BY min(Timestamp) OVER (PARTITION BY TraceId), trace_id, attempt""",
                  {"db": db, "start": start, "end": end, "min_attempts": min_attempts, "limit": limit,
-                  "k_backoff": attr.RETRY_BACKOFF_MS, "upstream": attr.SPAN_UPSTREAM})
+                  "k_backoff": attr.RETRY_BACKOFF_MS, "k_error": attr.ERROR_TYPE, "upstream": attr.SPAN_UPSTREAM})
 
 
 def percentiles(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "instance", metric: str = "ttft",
@@ -266,3 +279,16 @@ FROM (
       AND (empty({pools:Array(String)}) OR has({pools:Array(String)}, Pool))
     GROUP BY service, pool)
 ORDER BY service, pool""", {"db": db, "start": start, "end": end, "service": service or "", "pools": list(pools)})
+
+
+def dimension_values(client, db: str, start: dt.datetime, end: dt.datetime, dimension: str) -> list[str]:
+    """The values of ``dimension`` (pool, instance, model...) that have requests in the window, from the rollup.
+
+    Lets the CLI tell a filter that matches nothing ("no pool 'nosuch'; pools here: canary, stable")
+    from a window without traffic, instead of printing "(no rows)" for a typo.
+    """
+    column = DIMENSIONS[dimension]
+    return [row["value"] for row in _rows(client, f"""
+SELECT DISTINCT {column} AS value FROM {{db:Identifier}}.llm_requests_1m
+WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}} AND {column} != ''
+ORDER BY value""", {"db": db, "start": start, "end": end})]

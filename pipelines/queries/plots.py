@@ -130,7 +130,7 @@ def retry_chains(rows: list[dict[str, Any]], path: Path, limit: int = 20) -> Pat
     fig, ax = plt.subplots(figsize=(10, 0.5 * len(chains) + 1.4))
     for y, attempts in enumerate(chains.values()):
         for attempt in attempts:
-            ok = attempt["status"] != "Error"
+            ok = attempt["status"] != "error"
             ax.barh(y, dt.timedelta(milliseconds=attempt["duration_ms"]), left=attempt["started"],
                     color="#59a14f" if ok else STALL_COLOR, alpha=0.8)
             ax.annotate(f"#{attempt['attempt']} {attempt['instance']}", xy=(attempt["started"], y), fontsize=7,

@@ -42,3 +42,38 @@ def test_console_script_help_lists_all_commands():
     for command in ("plan", "version", "collect", "proxy", "receive", "db", "traces", "incident", "dashboards",
                     "alerts", "demo", "up"):
         assert command in out
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--context", "0"], "'0' is out of range; from 1 to 10000000 tokens"),
+    (["--context", "-4096"], "out of range"),
+    (["--rate", "-1"], "'-1' is out of range; it must be more than 0"),
+    (["--rate", "0"], "out of range"),
+    (["--rate", "inf"], "out of range"),
+])
+def test_plan_numbers_are_range_checked(capsys, flags, message):
+    with pytest.raises(SystemExit) as info:
+        main(["plan", *flags])
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_plan_uses_the_given_context_and_rate(capsys):
+    assert main(["plan", "--gpu", "H100-SXM", "--context", "4096", "--rate", "0.5", "--format", "json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["context_tokens"] == 4096 and row["target_tokens_per_s_per_request"] == 0.5
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_config_before_or_after_the_subcommand(tmp_path, capsys, where):
+    config = tmp_path / "infersight.yaml"
+    config.write_text("capacity:\n  context_tokens: 777\n")
+    command = ["plan", "--gpu", "H100-SXM", "--format", "json"]
+    argv = ["--config", str(config), *command] if where == "before" else [*command, "--config", str(config)]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)[0]["context_tokens"] == 777
+
+
+def test_config_after_a_nested_subcommand_is_read(tmp_path, capsys):
+    missing = tmp_path / "nosuch.yaml"
+    assert main(["traces", "show", "0" * 32, "--config", str(missing)]) == 2
+    assert f"{missing}: no such config file" in capsys.readouterr().err

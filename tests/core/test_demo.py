@@ -35,3 +35,19 @@ def test_demo_finds_the_incident_it_stages(tmp_path, capsys):
 def test_demo_refuses_too_few_requests(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--requests", "3"]) == 2
     assert "at least 10" in capsys.readouterr().err
+
+
+def test_demo_refuses_an_unusable_out(tmp_path, capsys):
+    file = tmp_path / "a-file"
+    file.write_text("keep me")
+    assert main(["demo", "--out", str(file), "--requests", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and "Traceback" not in err and file.read_text() == "keep me"
+    assert main(["demo", "--out", str(file / "sub"), "--requests", "20"]) == 2
+    assert "cannot create the folder" in capsys.readouterr().err
+    # a folder the demo did not make is never emptied
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("precious")
+    assert main(["demo", "--out", str(tmp_path / "mine"), "--requests", "20"]) == 2
+    assert "holds files the demo did not write" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "precious"

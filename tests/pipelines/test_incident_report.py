@@ -88,3 +88,18 @@ def test_prometheus_panels_from_a_real_server(store, tmp_path, prometheus_server
         assert (out / name).read_bytes().startswith(PNG_MAGIC), name
     markdown = (out / "report.md").read_text()
     assert f"From Prometheus: {gpu.MEMORY_BANDWIDTH_UTILIZATION.select()}" in markdown
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda tmp: tmp / "a-file", "is a file, not a folder"),
+    (lambda tmp: tmp / "a-file" / "report", "cannot create the folder"),
+    (lambda tmp: "/sys/infersight-report", "cannot create the folder"),
+])
+def test_unusable_out_is_one_clear_line(store, tmp_path, capsys, make, message):
+    dsn, data = store
+    (tmp_path / "a-file").write_text("keep me")
+    code = main(["incident", "report", "--dsn", dsn, "--from", data.t0.isoformat() + "Z",
+                 "--to", data.end.isoformat() + "Z", "--out", str(make(tmp_path)), "--prometheus", "none"])
+    out, err = capsys.readouterr()
+    assert code == 1 and message in err and "Traceback" not in err and out == ""
+    assert (tmp_path / "a-file").read_text() == "keep me"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 
@@ -106,13 +107,59 @@ def test_percentiles_and_compare(store, capsys):
 
 
 def test_hostile_filters_via_cli(store, capsys):
+    """Injection attempts match nothing and say so; no row leaks out."""
     dsn, data = store
-    for flag in ("--instance", "--pool", "--model", "--strategy", "--status", "--service"):
-        code, out, _ = run(capsys, "traces", "slowest", "--dsn", dsn, *window(data), flag, "x' OR '1'='1")
-        assert code == 0 and out.strip() == "(no rows)", flag
-    code, out, _ = run(capsys, "traces", "neighbors", "--dsn", dsn, "--instance", "i-2' OR 1=1 --",
-                       "--at", data.stall_at.isoformat())
+    hostile = "x' OR '1'='1"
+    for flag in ("--instance", "--pool", "--model", "--strategy", "--service"):
+        code, out, err = run(capsys, "traces", "slowest", "--dsn", dsn, *window(data), flag, hostile)
+        assert code == 1 and out == "" and f"{flag[2:]} {hostile!r}" in err and "Traceback" not in err, flag
+    with pytest.raises(SystemExit) as exit_info:
+        main(["traces", "slowest", "--dsn", dsn, *window(data), "--status", hostile])
+    assert exit_info.value.code == 2 and "invalid choice" in capsys.readouterr().err
+    code, out, err = run(capsys, "traces", "neighbors", "--dsn", dsn, "--instance", "i-2' OR 1=1 --",
+                         "--at", data.stall_at.isoformat())
+    assert code == 1 and out == "" and "no requests with instance" in err
+
+
+def test_status_takes_the_outcomes_the_tracer_writes(store, capsys):
+    from infersight.attributes import Outcome
+
+    dsn, data = store
+    with pytest.raises(SystemExit) as exit_info:
+        main(["traces", "slowest", "--dsn", dsn, *window(data), "--status", "failed"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "invalid choice: 'failed'" in err
+    assert all(repr(outcome.value) in err for outcome in Outcome)
+    code, out, _ = run(capsys, "traces", "slowest", "--dsn", dsn, *window(data), "--status", "error",
+                       "--service", "gateway", "--format", "json")
+    assert code == 0 and {r["outcome"] for r in json.loads(out)} == {"error"} and len(json.loads(out)) == 2
+
+
+def test_unknown_filter_values_name_what_the_window_holds(store, capsys):
+    dsn, data = store
+    code, out, err = run(capsys, "traces", "compare", "--dsn", dsn, *window(data), "--pools", "canary,nosuch")
+    assert code == 1 and out == ""
+    assert "no requests with pool 'nosuch'" in err and "pools with requests then: canary, stable" in err
+    code, out, err = run(capsys, "traces", "percentiles", "--dsn", dsn, *window(data), "--instance", "i-9")
+    assert code == 1 and "instances with requests then: i-1, i-2, i-3" in err
+    quiet = data.t0 - dt.timedelta(hours=2)
+    code, out, err = run(capsys, "traces", "slowest", "--dsn", dsn, "--from", quiet.isoformat(), "--to",
+                         (quiet + dt.timedelta(minutes=10)).isoformat(), "--pool", "canary")
+    assert code == 1 and "no requests at all in that window" in err
+    # a known value with nothing to show is an answer, not an error
+    code, out, _ = run(capsys, "traces", "slowest", "--dsn", dsn, *window(data), "--pool", "canary",
+                       "--status", "timeout")
     assert code == 0 and out.strip() == "(no rows)"
+
+
+def test_retry_status_is_plain_words(store, capsys):
+    dsn, data = store
+    code, out, _ = run(capsys, "traces", "retries", "--dsn", dsn, *window(data))
+    assert code == 0 and "Unset" not in out and "Error" not in out
+    code, out, _ = run(capsys, "traces", "retries", "--dsn", dsn, *window(data), "--format", "json")
+    assert [(r["status"], r["error"]) for r in json.loads(out)] == [("error", "timeout"), ("ok", None)]
+    code, out, _ = run(capsys, "traces", "show", data.trace_id("retried"), "--dsn", dsn)
+    assert code == 0 and "Unset" not in out and " Ok " not in out
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -136,8 +183,26 @@ def test_unreachable_store_and_missing_schema(clickhouse_server, clickhouse_data
     assert code == 1 and "infersight db migrate" in err and "Traceback" not in err
 
 
-def test_bad_numbers_are_usage_errors(store, capsys):
+@pytest.mark.parametrize(("argv", "message"), [
+    (["traces", "slowest", "--limit", "0"], "'0' is out of range; from 1 to 10000 rows"),
+    (["traces", "slowest", "--limit", "99999999999"], "out of range; from 1 to 10000 rows"),
+    (["traces", "slowest", "--by", "latency"], "invalid choice: 'latency'"),
+    (["traces", "stalls", "--min-gap-ms", "-5"], "out of range"),
+    (["traces", "stalls", "--min-gap-ms", "nan"], "out of range"),
+    (["traces", "stalls", "--top", "x"], "invalid int value: 'x'"),
+    (["traces", "retries", "--min-attempts", "0"], "out of range; from 1 to 1000 attempts"),
+    (["traces", "percentiles", "--metric", "ttfb"], "invalid choice: 'ttfb'"),
+    (["incident", "report", "--out", "r", "--worst", "500"], "out of range; from 1 to 20 timelines"),
+])
+def test_bad_numbers_and_choices_are_usage_errors(store, capsys, argv, message):
     dsn, _ = store
     with pytest.raises(SystemExit) as exit_info:
-        main(["traces", "slowest", "--dsn", dsn, "--limit", "0"])
-    assert exit_info.value.code == 2 and "positive whole number" in capsys.readouterr().err
+        main([*argv, "--dsn", dsn])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bad_lookback(store, capsys):
+    dsn, data = store
+    code, _, err = run(capsys, "traces", "neighbors", "--dsn", dsn, "--instance", "i-2", "--at",
+                       data.stall_at.isoformat(), "--lookback", "0s")
+    assert code == 1 and "--lookback 0s is out of range" in err

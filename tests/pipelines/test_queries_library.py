@@ -50,7 +50,7 @@ def test_trace_span_tree_and_timeline(incident):
     assert names[:5] == [(0, "chat llama-3-70b"), (1, "gateway.queue"), (1, "gateway.route"), (1, "upstream"),
                          (2, "chat llama-3-70b")]
     upstreams = [s for s in spans if s["name"] == "upstream"]
-    assert [(s["attempt"], s["instance"], s["status"]) for s in upstreams] == [(0, "i-2", "Error"), (1, "i-1", "Ok")]
+    assert [(s["attempt"], s["instance"], s["status"]) for s in upstreams] == [(0, "i-2", "error"), (1, "i-1", "ok")]
     route = next(s for s in spans if s["name"] == "gateway.route")
     assert '"instance":"i-3"' in route["candidates"] and route["strategy"] == "least_conn"
     tokens = q.token_timeline(client, db, trace)
@@ -101,8 +101,8 @@ def test_neighbors_at_the_stall(incident):
 def test_retry_chains(incident):
     client, db, data = incident
     rows = q.retries(client, db, data.t0, data.end)
-    assert [(r["trace_id"], r["attempt"], r["instance"], r["status"]) for r in rows] == [
-        (data.trace_id("retried"), 0, "i-2", "Error"), (data.trace_id("retried"), 1, "i-1", "Ok")]
+    assert [(r["trace_id"], r["attempt"], r["instance"], r["status"], r["error"]) for r in rows] == [
+        (data.trace_id("retried"), 0, "i-2", "error", "timeout"), (data.trace_id("retried"), 1, "i-1", "ok", None)]
     assert rows[0]["gap_ms"] is None and rows[1]["gap_ms"] == 400.0 and rows[1]["backoff_ms"] == 400.0
     assert q.retries(client, db, data.t0, data.end, min_attempts=3) == []
 
@@ -131,3 +131,11 @@ def test_canary_versus_stable(incident):
     assert rows["stable"]["tokens_per_s"] > 0
     only = q.compare_pools(client, db, data.t0, data.end, service="gateway", pools=("canary",))
     assert [r["pool"] for r in only] == ["canary"]
+
+
+def test_dimension_values_of_a_window(incident):
+    client, db, data = incident
+    assert q.dimension_values(client, db, data.t0, data.end, "pool") == ["canary", "stable"]
+    assert q.dimension_values(client, db, data.t0, data.end, "instance") == ["i-1", "i-2", "i-3"]
+    later = data.end + dt.timedelta(hours=1)
+    assert q.dimension_values(client, db, later, later + dt.timedelta(minutes=5), "pool") == []
