@@ -20,6 +20,10 @@ GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"  # string array
 GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_REQUEST_STREAM = "gen_ai.request.stream"  # bool: the request asked for a streamed answer
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"  # seconds, on the CLIENT span
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"  # part of input_tokens
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"  # part of output_tokens
 
 # Request outcome and timing (milliseconds as floats; Duration of the span is the e2e time).
 REQUEST_OUTCOME = "llm.request.outcome"  # an Outcome value
@@ -27,7 +31,7 @@ REQUEST_ID = "llm.request.id"  # the gateway's request id (also carried as the W
 TTFT_MS = "llm.ttft_ms"
 TPOT_MS = "llm.tpot_ms"
 QUEUE_MS = "llm.queue_ms"
-CACHED_INPUT_TOKENS = "llm.usage.cached_input_tokens"
+CACHED_INPUT_TOKENS = "llm.usage.cached_input_tokens"  # kept next to the GenAI name: the schema's column reads it
 TIMEOUT_KIND = "llm.timeout.kind"  # ttft, total, idle
 ERROR_TYPE = "error.type"  # OTel general convention
 
@@ -69,7 +73,7 @@ SAMPLING_REASON = "llm.sampling.reason"  # slow_ttft, slow_e2e, error, cancelled
 # Span names (request spans are named "<operation> <model>" per the GenAI conventions).
 SPAN_GATEWAY_QUEUE = "gateway.queue"
 SPAN_ROUTING = "gateway.route"
-SPAN_UPSTREAM = "upstream"  # one per attempt
+SPAN_UPSTREAM = "upstream"  # one per attempt: the GenAI conventions' CLIENT inference span
 SPAN_ENGINE_QUEUE = "engine.queue"
 SPAN_PREFILL = "engine.prefill"
 SPAN_DECODE = "engine.decode"

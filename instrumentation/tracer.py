@@ -40,6 +40,7 @@ counted in ``infersight_tracing_timelines_truncated_total`` (see :mod:`.timeline
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import logging
 import time
@@ -131,17 +132,19 @@ class RequestTracer:
 
     def start(self, model: str, *, operation: str = "chat", headers: Mapping[str, str] | None = None,
               request_id: str | None = None, instance: str = "", pool: str = "", strategy: str = "",
-              max_tokens: int | None = None, provider_name: str | None = None) -> RequestContext:
+              max_tokens: int | None = None, provider_name: str | None = None,
+              stream: bool | None = None) -> RequestContext:
         """Begin tracing a request that arrives now.
 
         ``headers`` are the incoming request's headers: a W3C ``traceparent`` there makes this
         request span a child of the caller's span (same trace id). ``instance`` is known at start
         in an engine or proxy; a gateway leaves it empty and calls :meth:`RequestContext.routed`.
+        ``stream`` says whether the client asked for a streamed answer (``gen_ai.request.stream``).
         """
         if not model:
             raise ValueError("model must be a non-empty string (it is the model label)")
         return RequestContext(self, model, operation, headers, request_id, instance, pool, strategy, max_tokens,
-                              provider_name or self.provider_name)
+                              provider_name or self.provider_name, stream)
 
 
 class RequestContext:
@@ -150,11 +153,11 @@ class RequestContext:
     __slots__ = ("_tracer", "model", "operation", "instance", "pool", "strategy", "_start_ns", "_start_wall_ns",
                  "_times", "_first_token_ns", "_queued_ns", "_queue_s", "_span", "_recording", "_upstream",
                  "attempt", "_backoff_s", "_summary", "request_id", "_scheduled_ns", "_cached_input_tokens",
-                 "_route_estimate_ms", "_route_cache_ratio")
+                 "_route_estimate_ms", "_route_cache_ratio", "_provider", "_stream", "_attempt_ns")
 
     def __init__(self, tracer: RequestTracer, model: str, operation: str, headers: Mapping[str, str] | None,
                  request_id: str | None, instance: str, pool: str, strategy: str, max_tokens: int | None,
-                 provider_name: str | None) -> None:
+                 provider_name: str | None, stream: bool | None = None) -> None:
         self._start_wall_ns = time.time_ns()
         self._start_ns = _now()
         self._tracer = tracer
@@ -172,11 +175,15 @@ class RequestContext:
         self._route_estimate_ms: float | None = None
         self._route_cache_ratio: float | None = None
         self._summary: RequestSummary | None = None
+        self._provider, self._stream = provider_name, stream
+        self._attempt_ns: int | None = None  # when the current upstream attempt started
         attributes: dict[str, Any] = {attr.GEN_AI_OPERATION_NAME: operation, attr.GEN_AI_REQUEST_MODEL: model}
         if provider_name:
             attributes[attr.GEN_AI_PROVIDER_NAME] = provider_name
         if max_tokens is not None:
             attributes[attr.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
+        if stream is not None:
+            attributes[attr.GEN_AI_REQUEST_STREAM] = stream
         self._span = tracer.otel.start_span(f"{operation} {model}", context=extract_context(headers),
                                             kind=tracer.span_kind, start_time=self._start_wall_ns,
                                             attributes=attributes)
@@ -280,9 +287,17 @@ class RequestContext:
 
     def _start_upstream(self, now_ns: int) -> None:
         self._end_upstream(now_ns, None)
+        self._attempt_ns = now_ns
         if not self._recording:
             return
-        upstream_attrs: dict[str, Any] = {**instance_attributes(self.instance), attr.RETRY_ATTEMPT: self.attempt}
+        # The CLIENT span is the GenAI conventions' inference span: operation, model, provider, server.*.
+        upstream_attrs: dict[str, Any] = {attr.GEN_AI_OPERATION_NAME: self.operation,
+                                          attr.GEN_AI_REQUEST_MODEL: self.model,
+                                          **instance_attributes(self.instance), attr.RETRY_ATTEMPT: self.attempt}
+        if self._provider:
+            upstream_attrs[attr.GEN_AI_PROVIDER_NAME] = self._provider
+        if self._stream is not None:
+            upstream_attrs[attr.GEN_AI_REQUEST_STREAM] = self._stream
         if self._backoff_s is not None:
             upstream_attrs[attr.RETRY_BACKOFF_MS] = self._backoff_s * 1000.0
         self._upstream = self._tracer.otel.start_span(attr.SPAN_UPSTREAM, context=trace.set_span_in_context(self._span),
@@ -368,11 +383,17 @@ class RequestContext:
     # -- endings ---------------------------------------------------------------------------------
     def finish(self, reason: str | None = "stop", *, input_tokens: int | None = None,
                output_tokens: int | None = None, cached_input_tokens: int | None = None,
-               response_model: str | None = None, response_id: str | None = None) -> RequestSummary:
-        """The request completed; ``reason`` is the finish reason (stop, length, tool_calls ...)."""
+               reasoning_tokens: int | None = None, response_model: str | None = None,
+               response_id: str | None = None) -> RequestSummary:
+        """The request completed; ``reason`` is the finish reason (stop, length, tool_calls ...).
+
+        ``cached_input_tokens`` (prompt tokens served from the prefix cache) is part of
+        ``input_tokens``, ``reasoning_tokens`` part of ``output_tokens``, as the usage of
+        OpenAI-compatible engines reports them.
+        """
         return self._end("success", finish_reason=reason, input_tokens=input_tokens, output_tokens=output_tokens,
-                         cached_input_tokens=cached_input_tokens, response_model=response_model,
-                         response_id=response_id)
+                         cached_input_tokens=cached_input_tokens, reasoning_tokens=reasoning_tokens,
+                         response_model=response_model, response_id=response_id)
 
     def fail(self, error_type: str, *, message: str | None = None, **usage: Any) -> RequestSummary:
         """The request failed (upstream error, malformed stream ...); ``error_type`` is low-cardinality."""
@@ -420,14 +441,14 @@ class RequestContext:
     def _end(self, outcome: str, *, finish_reason: str | None = None, error_type: str | None = None,
              message: str | None = None, timeout_kind: str | None = None, rejection_reason: str | None = None,
              input_tokens: int | None = None, output_tokens: int | None = None,
-             cached_input_tokens: int | None = None, response_model: str | None = None,
-             response_id: str | None = None) -> RequestSummary:
+             cached_input_tokens: int | None = None, reasoning_tokens: int | None = None,
+             response_model: str | None = None, response_id: str | None = None) -> RequestSummary:
         if self._summary is not None:
             return self._summary
         # Refuse bad usage before anything changes: a half-finished request would leak its
         # in-flight count and never end its span.
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
-                            ("cached_input_tokens", cached_input_tokens)):
+                            ("cached_input_tokens", cached_input_tokens), ("reasoning_tokens", reasoning_tokens)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
         end_ns = _now()
@@ -493,9 +514,16 @@ class RequestContext:
         offsets = timeline.offsets_us(times, self._start_ns) if reason != sampling.NOT_KEPT and count else None
 
         if self._recording:
-            self._record_span(outcome, finish_reason, error_type, message, timeout_kind, input_tokens, produced,
-                              cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets, gaps,
-                              truncated)
+            usage = {attr.GEN_AI_USAGE_INPUT_TOKENS: input_tokens, attr.GEN_AI_USAGE_OUTPUT_TOKENS: produced,
+                     attr.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached_input_tokens,
+                     attr.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: reasoning_tokens,
+                     attr.GEN_AI_RESPONSE_FINISH_REASONS: [finish_reason] if finish_reason else None,
+                     attr.GEN_AI_RESPONSE_MODEL: response_model, attr.GEN_AI_RESPONSE_ID: response_id}
+            usage = {key: value for key, value in usage.items() if value is not None}
+            self._record_span(outcome, error_type, message, timeout_kind, cached_input_tokens, usage, ttft_s, tpot_s,
+                              reason, offsets, gaps, truncated)
+            if self._upstream is not None:
+                self._record_attempt(usage, times, first_ns)
         self._end_upstream(end_ns, error_type if outcome in ("error", "timeout") else None)
         if self._recording and self._scheduled_ns is not None:
             self._record_engine_phases(first_ns, end_ns, count)
@@ -519,9 +547,21 @@ class RequestContext:
             otel.start_span(attr.SPAN_DECODE, context=parent, start_time=wall(first_ns),
                             attributes={attr.TOKEN_COUNT: token_count}).end(wall(end_ns))
 
-    def _record_span(self, outcome, finish_reason, error_type, message, timeout_kind, input_tokens, output_tokens,
-                     cached_input_tokens, response_model, response_id, ttft_s, tpot_s, reason, offsets, gaps,
-                     truncated) -> None:
+    def _record_attempt(self, usage: dict[str, Any], times: list[int], first_ns: int | None) -> None:
+        """The last attempt's answer on its CLIENT span: the response's usage, and the time to its first
+        chunk (from the attempt's start: a retried request's earlier attempts do not count)."""
+        values = dict(usage)
+        started = self._attempt_ns
+        if started is not None and self._stream is not False:  # a streaming measure (GenAI conventions)
+            first = first_ns if first_ns is not None and first_ns >= started else None
+            if first is None and times and times[-1] >= started:
+                first = times[bisect.bisect_left(times, started)]
+            if first is not None:
+                values[attr.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = (first - started) / 1e9
+        self._upstream.set_attributes(values)
+
+    def _record_span(self, outcome, error_type, message, timeout_kind, cached_input_tokens, usage, ttft_s, tpot_s,
+                     reason, offsets, gaps, truncated) -> None:
         summary = timeline.summarize(self._times, self._start_ns, gaps)
         values: dict[str, Any] = {
             attr.REQUEST_OUTCOME: outcome,
@@ -534,12 +574,7 @@ class RequestContext:
             attr.ROUTING_STRATEGY: self.strategy or None,
             attr.ROUTING_ESTIMATED_FINISH_MS: self._route_estimate_ms,
             attr.ROUTING_PREFIX_CACHE_RATIO: self._route_cache_ratio,
-            attr.GEN_AI_RESPONSE_FINISH_REASONS: [finish_reason] if finish_reason else None,
-            attr.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
-            attr.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,
             attr.CACHED_INPUT_TOKENS: cached_input_tokens,
-            attr.GEN_AI_RESPONSE_MODEL: response_model,
-            attr.GEN_AI_RESPONSE_ID: response_id,
             attr.TTFT_MS: ttft_s * 1000.0 if ttft_s is not None else None,
             attr.TPOT_MS: tpot_s * 1000.0 if tpot_s is not None else None,
             attr.QUEUE_MS: self._queue_s * 1000.0 if self._queue_s is not None else None,
@@ -553,6 +588,7 @@ class RequestContext:
             attr.TOKEN_TRUNCATED: True if truncated else None,
         }
         values.update((key, value) for key, value in optional.items() if value is not None)
+        values.update(usage)
         values.update(instance_attributes(self.instance))
         self._span.set_attributes(values)
         if outcome in ("error", "timeout", "rejected"):

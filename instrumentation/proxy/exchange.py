@@ -83,7 +83,7 @@ class Exchange:
         request_id = self.request.headers.get("X-Request-Id", "")[:MAX_REQUEST_ID_CHARS] or None
         record = context.tracer.start(info.model, operation=info.operation, headers=self.request.headers,
                                       request_id=request_id, instance=context.upstream_label, pool=context.pool,
-                                      max_tokens=info.max_tokens)
+                                      max_tokens=info.max_tokens, stream=info.stream)
         record.upstream()
         upstream: aiohttp.ClientResponse | None = None
         try:

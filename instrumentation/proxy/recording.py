@@ -41,7 +41,8 @@ def _usage(facts: ResponseFacts | None) -> dict[str, Any]:
     if facts is None:
         return {}
     return {"input_tokens": facts.input_tokens, "output_tokens": facts.output_tokens,
-            "cached_input_tokens": facts.cached_input_tokens, "response_model": facts.model,
+            "cached_input_tokens": facts.cached_input_tokens, "reasoning_tokens": facts.reasoning_tokens,
+            "response_model": facts.model,
             "response_id": facts.response_id}
 
 

@@ -34,6 +34,7 @@ class ResponseFacts:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached_input_tokens: int | None = None
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, part of output_tokens
     # An ``{"error": {...}}`` object sent by the upstream (in-stream or as the JSON body).
     upstream_error: str | None = None
     # Why the body is not what the protocol promises (malformed SSE, not JSON, no [DONE] ...).
@@ -47,6 +48,9 @@ class ResponseFacts:
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict):
             self.cached_input_tokens = _int_or(details.get("cached_tokens"), self.cached_input_tokens)
+        output_details = usage.get("completion_tokens_details")
+        if isinstance(output_details, dict):
+            self.reasoning_tokens = _int_or(output_details.get("reasoning_tokens"), self.reasoning_tokens)
 
     def read_payload(self, payload: dict[str, Any]) -> int:
         """Take what a chunk or a whole response says; return how many choices carried output."""
