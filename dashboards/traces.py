@@ -36,8 +36,10 @@ def _quote(name: str) -> str:
 def trace_view_sql(database: str, trace_id: str = TRACE_VALUE) -> str:
     """One trace's spans in the columns Grafana's trace view reads, bounded by the trace-id lookup table."""
     db = _quote(database)
-    return f"""WITH (SELECT (min(Start), max(End) + 1) FROM {db}.{TRACE_ID_TS} WHERE TraceId = '{trace_id}')
-    AS span_range
+    # DateTime64 bounds: compared as whole-second DateTime, part pruning skips unmerged parts in the
+    # trace's last second (see library.trace_spans).
+    return f"""WITH (SELECT (toDateTime64(min(Start), 9), toDateTime64(max(End), 9) + toIntervalSecond(1))
+      FROM {db}.{TRACE_ID_TS} WHERE TraceId = '{trace_id}') AS span_range
 SELECT TraceId AS traceID, SpanId AS spanID, ParentSpanId AS parentSpanID, ServiceName AS serviceName,
        SpanName AS operationName, toUnixTimestamp64Nano(Timestamp) / 1000000 AS startTime,
        Duration / 1000000 AS duration,
@@ -66,7 +68,7 @@ def trace_link(database: str) -> dict:
 def variables_sql(database: str) -> dict[str, str]:
     """Each filter variable's query: the values seen on request spans in the dashboard's time range."""
     return {name: f"SELECT DISTINCT {column} FROM {_quote(database)}.{TRACES} "
-                  f"WHERE $__timeFilter(Timestamp) AND IsRequest AND {column} != '' ORDER BY {column}"
+                  f"WHERE $__timeFilter_ms(Timestamp) AND IsRequest AND {column} != '' ORDER BY {column}"
             for name, column in COLUMNS.items()}
 
 

@@ -128,6 +128,16 @@ def test_panels_keep_exactly_the_window_on_unmerged_parts(clickhouse_server, cli
     assert {r["trace_id"] for r in rows} == data.inside()
 
 
+def test_trace_view_finds_every_span_of_just_written_traces(clickhouse_server, clickhouse_schema):
+    """The trace view's lookup on one-span parts: no span in a trace's last second is pruned away."""
+    t0 = (dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(hours=1)).replace(second=0, microsecond=0)
+    client = clickhouse_server.client(clickhouse_schema)
+    expected = boundary_data.lookup_traces(client, clickhouse_schema, t0)
+    found = {trace: len(client.query(traces.trace_view_sql(clickhouse_schema, trace)).result_rows)
+             for trace in expected}
+    assert found == expected
+
+
 def test_macros_expand_as_the_plugin_does():
     start = dt.datetime(2026, 3, 1, 14, 0, 0, 250000, tzinfo=dt.UTC)
     end = start + dt.timedelta(minutes=5)
