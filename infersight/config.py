@@ -158,13 +158,16 @@ class Prometheus(Section):
 
 class EngineTarget(Section):
     url: str
-    engine: Literal["auto", "vllm", "sglang", "tgi", "triton", "trtllm"] = "auto"
+    engine: Literal["auto", "vllm", "sglang", "tgi", "triton", "trtllm", "llamacpp"] = "auto"
     instance: str | None = Field(None, description="the `instance` label: the engine endpoint HOST:PORT the "
                                                    "gateway routes to; default the URL's host:port")
     model: str | None = None
     pool: str | None = None
     node: str | None = None
     gpu: str | None = None
+    role: Literal["prefill", "decode", "mixed"] | None = Field(
+        None, description="the instance's part in prefill/decode disaggregation; default: what the engine "
+                          "says (SGLang's engine_type), else mixed")
 
 
 class Engines(Section):

@@ -42,7 +42,7 @@ def instance_labels(instance: str = INSTANCE, **extra: str) -> dict[str, str]:
 
 def engine_labels(instance: str = INSTANCE, **extra: str) -> dict[str, str]:
     return {"instance": instance, "engine": "vllm", "model": MODEL, "pool": POOL, "node": NODE, "gpu": "0",
-            "dp_rank": "0", **extra}
+            "dp_rank": "0", "role": "mixed", **extra}
 
 
 def gpu_labels(gpu: str = "0", **extra: str) -> dict[str, str]:

@@ -11,9 +11,11 @@ from .rules import EngineSpec, Rule
 
 
 def mapping_table() -> str:
-    signals: list[Signal] = [sig.KV_CACHE_CAPACITY]
+    signals: list[Signal] = []
     for spec in ENGINES.values():
-        signals += [rule.signal for rule in spec.rules if rule.signal not in signals]
+        for signal in [rule.signal for rule in spec.rules] + list(spec.derives):
+            if signal not in signals:
+                signals.append(signal)
     signals.sort(key=lambda s: s.name)
     lines = ["| signal | " + " | ".join(ENGINES) + " |", "|---|" + "---|" * len(ENGINES)]
     for signal in signals:
@@ -24,13 +26,26 @@ def mapping_table() -> str:
 
 def _cell(spec: EngineSpec, signal: Signal) -> str:
     parts = [_describe(rule) for rule in spec.rules if rule.signal is signal]
-    if signal is sig.KV_CACHE_CAPACITY and spec.derive:
-        parts.append("computed from " + ", ".join(f"`{name}`" for name in spec.derive_sources))
+    if signal in spec.derives:
+        sources = [name for name in spec.derive_sources if _feeds(name, signal)]
+        parts.append("computed from " + ", ".join(f"`{name}`" for name in sources))
     return "<br>".join(parts) or "-"
 
 
+def _feeds(family: str, signal: Signal) -> bool:
+    """Which derive source feeds which derived signal (sleep state -> sleep level, the rest -> capacity)."""
+    return ("sleep_state" in family) == (signal is sig.SLEEP_LEVEL)
+
+
+def _values(value) -> str:
+    return "\\|".join(value) if isinstance(value, tuple) else str(value)
+
+
 def _describe(rule: Rule) -> str:
-    notes = [",".join(f"{k}={v}" for k, v in rule.where)] if rule.where else []
+    notes = [",".join(f"{k}={_values(v) or '(any)'}" for k, v in rule.where)] if rule.where else []
+    notes += [f"{k}!={_values(v)}" for k, v in rule.unless]
+    notes += [f"by {ours}" if theirs == ours else f"{theirs} as {ours}" for theirs, ours in rule.relabel]
+    notes += [f"{a}->{b}" for a, b in rule.rename]
     if rule.take:
         notes.append(f"its `{rule.take}`")
     if rule.scale != 1.0:
@@ -38,6 +53,8 @@ def _describe(rule: Rule) -> str:
     notes += [f"{k}={v}" for k, v in rule.labels]
     if rule.requires:
         notes.append(f"only with `{rule.requires}`")
+    if rule.unless_family:
+        notes.append(f"only without `{rule.unless_family}`")
     sources = " or ".join(f"`{name}`" for name in rule.sources)
     return sources + (f" ({'; '.join(notes)})" if notes else "")
 

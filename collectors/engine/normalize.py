@@ -18,6 +18,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from infersight.signals.catalog import Kind, Signal
+from infersight.signals.engine import EngineRole
 
 from .engines import ENGINES
 from .rules import EngineSpec, Rule
@@ -41,6 +42,7 @@ class TargetLabels:
     node: str = ""
     gpu: str = ""
     model: str = ""  # overrides the engine's own model label when set
+    role: str = ""  # overrides the role the engine tells (prefill, decode, mixed)
 
 
 @dataclass
@@ -121,7 +123,7 @@ def _classify_unrecognized(text: str, engine: str | None) -> tuple[str, str]:
             pass
     except (ValueError, IndexError, TypeError) as exc:
         return "malformed", f"invalid Prometheus text: {exc}"[:300]
-    wanted = engine or "vllm, sglang, tgi, triton or trtllm"
+    wanted = engine or ", ".join(ENGINES)
     return "unrecognized", f"valid exposition but no series of {wanted} (is this the engine's /metrics?)"
 
 
@@ -148,10 +150,16 @@ class _Mapper:
         self.index: dict[tuple, int] = {}  # (series name, label values) -> position in out[signal]
         self.duplicates = 0
         self.default_model = labels.model or self._first_model()
+        self.roles = dict(spec.role_values)
+        # Engines put the role label on some families only (SGLang: scheduler metrics, not the
+        # tokenizer's): the first role found names the whole instance.
+        self.default_role = labels.role or self._first_role() or EngineRole.MIXED.value
 
     def run(self) -> Normalized:
         for rule in self.spec.rules:
             if rule.requires and rule.requires not in self.families:
+                continue
+            if rule.unless_family and rule.unless_family in self.families:
                 continue
             source = next((name for name in rule.sources if name in self.families), None)
             if source is not None:
@@ -172,6 +180,17 @@ class _Mapper:
                         return sample.labels[label]
         return ""
 
+    def _first_role(self) -> str:
+        label = self.spec.role_label
+        if label is None:
+            return ""
+        for samples in self.families.values():
+            for sample in samples:
+                role = self.roles.get(sample.labels.get(label, ""))
+                if role:
+                    return role
+        return ""
+
     def _labels(self, engine_labels, extra: Iterable[tuple[str, str]]) -> dict[str, str]:
         t = self.target
         model = t.model
@@ -179,8 +198,11 @@ class _Mapper:
             model = next((engine_labels[k] for k in self.spec.model_labels if engine_labels.get(k)),
                          self.default_model)
         dp_rank = engine_labels.get(self.spec.dp_label, "") if self.spec.dp_label else ""
+        role = t.role
+        if not role and self.spec.role_label:
+            role = self.roles.get(engine_labels.get(self.spec.role_label, ""), "")
         out = {"instance": t.instance, "engine": self.spec.name, "model": model, "pool": t.pool, "node": t.node,
-               "gpu": t.gpu, "dp_rank": dp_rank}
+               "gpu": t.gpu, "dp_rank": dp_rank, "role": role or self.default_role}
         out.update(extra)
         return out
 
@@ -203,10 +225,14 @@ class _Mapper:
             else:
                 continue  # _created and the like
             engine_labels = sample.labels
-            if rule.where and any(engine_labels.get(k) != v for k, v in rule.where):
+            if (rule.where or rule.unless) and not rule.keeps(engine_labels):
                 continue
             extra = list(rule.labels)
-            extra += [(ours, engine_labels.get(theirs, "")) for theirs, ours in rule.relabel]
+            if rule.relabel:
+                rename = dict(rule.rename)
+                for theirs, ours in rule.relabel:
+                    value = engine_labels.get(theirs, "")
+                    extra.append((ours, rename.get(value, value)))
             value = sample.value
             if histogram and series.endswith("_bucket"):
                 le = engine_labels.get("le")

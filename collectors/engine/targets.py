@@ -16,11 +16,13 @@ from pathlib import Path
 import yaml
 
 from infersight.instances import instance_name
+from infersight.signals.engine import EngineRole
 
 from .engines import ENGINES
 from .normalize import TargetLabels
 
 ENGINE_CHOICES = ("auto", *ENGINES)
+ROLE_CHOICES = tuple(role.value for role in EngineRole)
 
 
 class TargetError(ValueError):
@@ -38,12 +40,15 @@ class Target:
     pool: str = ""
     node: str = ""
     gpu: str = ""
+    role: str = ""  # prefill, decode or mixed; empty: what the engine says, else mixed
 
     def __post_init__(self) -> None:
         check_url(self.url)
         if self.engine not in ENGINE_CHOICES:
             raise TargetError(f"unknown engine {self.engine!r} for {self.url}; expected one of "
                               f"{', '.join(ENGINE_CHOICES)}")
+        if self.role and self.role not in ROLE_CHOICES:
+            raise TargetError(f"unknown role {self.role!r} for {self.url}; expected one of {', '.join(ROLE_CHOICES)}")
         if not self.instance:
             object.__setattr__(self, "instance", default_instance(self.url))
 
@@ -52,7 +57,7 @@ class Target:
         return None if self.engine == "auto" else self.engine
 
     def labels(self) -> TargetLabels:
-        return TargetLabels(self.instance, self.pool, self.node, self.gpu, self.model)
+        return TargetLabels(self.instance, self.pool, self.node, self.gpu, self.model, self.role)
 
 
 def check_url(url: str) -> str:
@@ -94,7 +99,8 @@ def from_config(engines_config) -> list[Target]:
     for i, t in enumerate(engines_config.targets):
         try:
             targets.append(Target(url=t.url, engine=t.engine, instance=t.instance or "", model=t.model or "",
-                                  pool=t.pool or "", node=t.node or "", gpu=t.gpu or ""))
+                                  pool=t.pool or "", node=t.node or "", gpu=t.gpu or "",
+                                  role=t.role or ""))
         except TargetError as exc:
             raise TargetError(f"engines.targets.{i}: {exc}") from None
     return targets
@@ -113,7 +119,7 @@ def parse_file_sd(text: str, source: str) -> list[Target]:
     """Targets of a Prometheus file_sd document (JSON, or YAML for .yml/.yaml files).
 
     Understood labels: ``__scheme__``, ``__metrics_path__``, ``instance`` (default: the target's
-    HOST:PORT), ``engine``, ``model``, ``pool``, ``node``, ``gpu``; other labels are ignored.
+    HOST:PORT), ``engine``, ``model``, ``pool``, ``node``, ``gpu``, ``role``; other labels are ignored.
     """
     try:
         data = yaml.safe_load(text) if source.endswith((".yml", ".yaml")) else json.loads(text)
@@ -139,7 +145,8 @@ def parse_file_sd(text: str, source: str) -> list[Target]:
                 targets.append(Target(url=f"{scheme}://{address}{path}", engine=labels.get("engine", "auto"),
                                       instance=labels.get("instance", ""),
                                       model=labels.get("model", ""), pool=labels.get("pool", ""),
-                                      node=labels.get("node", ""), gpu=labels.get("gpu", "")))
+                                      node=labels.get("node", ""), gpu=labels.get("gpu", ""),
+                                      role=labels.get("role", "")))
             except TargetError as exc:
                 raise TargetError(f"{where}: {exc}") from None
     check_unique(targets)

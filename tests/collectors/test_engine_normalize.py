@@ -191,7 +191,9 @@ def test_trtllm_serve():
     result = normalize(fixture("trtllm_serve_metrics_handwritten.txt"), LABELS)
     assert result.engine == "trtllm"
     assert only(result, sig.REQUESTS_FINISHED, finish_reason="stop", model="Qwen/Qwen3-0.6B") == 150
-    assert only(result, sig.TTFT, le="0.05") == 12 and only(result, sig.INTER_TOKEN, le="0.1") == 120
+    # trtllm-serve observes time_per_output_token once per request: a per-request TPOT, not token gaps.
+    assert only(result, sig.TTFT, le="0.05") == 12 and only(result, sig.TPOT, le="0.1") == 120
+    assert sig.INTER_TOKEN not in result.samples
     assert only(result, sig.QUEUE_TIME, le="1.0") == 140 and only(result, sig.E2E, le="0.5") == 25
     dynamo = fixture("trtllm_serve_metrics_handwritten.txt").replace("trtllm_", "trtllm:")
     assert only(normalize(dynamo, LABELS), sig.TTFT, le="0.05") == 12
@@ -201,7 +203,9 @@ def test_trtllm_serve():
     ("vllm_metrics_sample.txt", "vllm"), ("vllm_v0_metrics_handwritten.txt", "vllm"),
     ("sglang_metrics_sample.txt", "sglang"), ("sglang_underscore_metrics_handwritten.txt", "sglang"),
     ("tgi_metrics_handwritten.txt", "tgi"), ("triton_trtllm_metrics_sample.txt", "triton"),
-    ("trtllm_serve_metrics_handwritten.txt", "trtllm"),
+    ("trtllm_serve_metrics_handwritten.txt", "trtllm"), ("trtllm_serve_current_source.txt", "trtllm"),
+    ("vllm_0_32_cpu_real.txt", "vllm"), ("sglang_pd_current_source.txt", "sglang"),
+    ("tgi_current_source.txt", "tgi"), ("llamacpp_current_source.txt", "llamacpp"),
 ])
 def test_engine_is_detected(name, engine):
     spec, lines = select_lines(fixture(name))

@@ -104,3 +104,39 @@ def first_number(prom, promql: str, timeout: float = 30.0) -> float:
             return float(result[0]["value"][1])
         time.sleep(0.5)
     raise AssertionError(f"no number for {promql} after {timeout}s")
+
+
+def test_prefill_decode_ratio_in_promql(tmp_path, prometheus_server):
+    """A PD fleet: two SGLang prefill servers (engine_type=prefill) and one decode server whose role
+    comes from the target config; Prometheus answers the P:D questions from the `role` label."""
+    require_tool("prometheus")
+    from tests.collectors.test_engine_normalize import fixture
+
+    prefill = fixture("sglang_pd_current_source.txt")
+    decode = prefill.replace('engine_type="prefill"', 'engine_type="unified"')
+    server = EngineServer()
+    server.add("/p1", prefill)
+    server.add("/p2", prefill)
+    server.add("/d1", decode)
+    port = free_port()
+    config = tmp_path / "infersight.yaml"
+    config.write_text("engines:\n  targets:\n" + "".join(
+        f"    - {{url: '{server.url('/' + name)}', instance: '{name}:30000'{extra}}}\n"
+        for name, extra in (("p1", ""), ("p2", ""), ("d1", ", role: decode"))))
+    proc = subprocess.Popen([sys.executable, "-m", "infersight", "--config", str(config), "collect", "engine",
+                             "--listen", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/metrics", timeout=20)
+        prom = prometheus_server([f"127.0.0.1:{port}"])
+        waiting = sig.REQUESTS_WAITING
+        per_role = prom.wait_for(f"count by (role) (count by (role, instance) ({waiting.select()}))")
+        assert {r["metric"]["role"]: r["value"][1] for r in per_role} == {"prefill": "2", "decode": "1"}
+        ratio = (f"count by (model) (count by (model, instance) ({waiting.select(role='prefill')})) / "
+                 f"count by (model) (count by (model, instance) ({waiting.select(role='decode')}))")
+        assert first_number(prom, ratio) == 2.0
+        queue = prom.wait_for(f"sum by (role, stage) ({sig.KV_TRANSFER_QUEUE.select(stage='prefill_bootstrap')})")
+        assert {r["metric"]["role"]: r["value"][1] for r in queue} == {"prefill": "10", "decode": "5"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        server.stop()

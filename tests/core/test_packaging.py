@@ -13,7 +13,8 @@ def test_wheel_maps_component_folders(tmp_path):
     # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
     source = tmp_path / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".venv", ".git", ".infersight", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache"))
+        ".venv", ".venv-vllm", ".git", ".infersight", "build", "*.egg-info", "__pycache__", ".pytest_cache",
+        ".ruff_cache"))
     out = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(out), str(source)], check=True, capture_output=True)

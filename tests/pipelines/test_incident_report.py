@@ -69,7 +69,7 @@ def test_prometheus_panels_from_a_real_server(store, tmp_path, prometheus_server
     registry = CollectorRegistry()
     gateway.QUEUE_DEPTH.register(registry).labels(model="m", pool="stable", strategy="least_conn").set(42)
     engine.REQUESTS_WAITING.register(registry).labels(instance="i-2", engine="vllm", model="m", pool="stable",
-                                                      node="n1", gpu="0", dp_rank="0").set(7)
+                                                      node="n1", gpu="0", dp_rank="0", role="mixed").set(7)
     gpu.MEMORY_BANDWIDTH_UTILIZATION.register(registry).labels(node="n1", gpu="0", uuid="GPU-1", gpu_model="H100",
                                                                source="gpm").set(0.93)
     port = free_port()
