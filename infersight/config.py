@@ -117,6 +117,7 @@ class Capacity(Section):
 class Listeners(Section):
     gpu_exporter: str = "127.0.0.1:9835"
     engine_exporter: str = "127.0.0.1:9836"
+    gateway_exporter: str = "127.0.0.1:9837"
     otlp_grpc: str = "127.0.0.1:4317"
     otlp_http: str = "127.0.0.1:4318"
     proxy: str = "127.0.0.1:8081"
@@ -173,6 +174,21 @@ class EngineTarget(Section):
 class Engines(Section):
     targets: list[EngineTarget] = Field(default_factory=list)
     file_sd: str | None = None
+    timeout_seconds: float = Field(2.0, gt=0)
+    max_bytes: int = Field(8 * 1024 * 1024, gt=0)
+
+
+class GatewayTarget(Section):
+    url: str
+    kind: Literal["auto", "epp", "vllm-router", "litellm", "otel-genai"] = "auto"
+    name: str | None = None
+    pool: str | None = None
+    strategy: str | None = None
+    model: str | None = None
+
+
+class Gateways(Section):
+    targets: list[GatewayTarget] = Field(default_factory=list)
     timeout_seconds: float = Field(2.0, gt=0)
     max_bytes: int = Field(8 * 1024 * 1024, gt=0)
 
@@ -292,6 +308,7 @@ class Config(Section):
     clickhouse: ClickHouse = ClickHouse()
     prometheus: Prometheus = Prometheus()
     engines: Engines = Engines()
+    gateways: Gateways = Gateways()
     gpus: GPUs = GPUs()
     pipeline: Pipeline = Pipeline()
     tracing: Tracing = Tracing()

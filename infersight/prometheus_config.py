@@ -29,7 +29,7 @@ class RenderError(ValueError):
 
 @dataclass(frozen=True)
 class Job:
-    component: str  # gpu, engine, proxy, receiver
+    component: str  # gpu, engine, gateway, proxy, receiver
     listener: str  # the listeners.* key whose address the job scrapes
     command: str  # what runs there
 
@@ -37,6 +37,7 @@ class Job:
 JOBS: dict[str, Job] = {job.component: job for job in (
     Job("gpu", "gpu_exporter", "infersight collect gpu"),
     Job("engine", "engine_exporter", "infersight collect engine"),
+    Job("gateway", "gateway_exporter", "infersight collect gateway"),
     Job("proxy", "proxy", "infersight proxy"),
     Job("receiver", "otlp_http", "infersight up / infersight receive"),
 )}
@@ -47,6 +48,8 @@ def default_components(config: Config) -> list[str]:
     components = ["gpu"]
     if config.engines.targets or config.engines.file_sd:
         components.append("engine")
+    if config.gateways.targets:
+        components.append("gateway")
     components.append("receiver")
     return components
 
@@ -80,6 +83,9 @@ def _reads(config: Config, component: str) -> str:
         if engines.file_sd:
             parts.append(f"file_sd {engines.file_sd}")
         return ", ".join(parts)
+    if component == "gateway":
+        kinds = sorted({t.kind for t in config.gateways.targets})
+        return f"{len(config.gateways.targets)} gateway target(s): {', '.join(kinds) or 'none yet'}"
     if component == "proxy":
         return "request metrics of the instrumenting proxy"
     return "the OTLP receivers' own health"

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from infersight.collectors.gateway.normalize import is_vllm_router
 from infersight.signals.catalog import Kind, Signal
 from infersight.signals.engine import EngineRole
 
@@ -95,6 +96,10 @@ def normalize(text: str, labels: TargetLabels, engine: str | None = None) -> Nor
     spec, lines = select_lines(text, engine)
     if spec is None:
         raise NormalizeError(*_classify_unrecognized(text, engine))
+    if engine is None and spec.name == "vllm" and is_vllm_router(text):
+        # A production-stack router writes vllm: names too (per-backend copies); it is not an engine.
+        raise NormalizeError("unrecognized", "a vLLM production-stack router's /metrics, not an engine's: collect "
+                                             "it with `infersight collect gateway`")
     try:
         parsed = list(text_string_to_metric_families("\n".join(lines)))
     except (ValueError, IndexError, TypeError) as exc:

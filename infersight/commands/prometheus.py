@@ -11,7 +11,8 @@ from pathlib import Path
 
 EPILOG = """\
 jobs: gpu (listeners.gpu_exporter), engine (listeners.engine_exporter; by default only when engines
-are configured), proxy (listeners.proxy; only when asked for), receiver (listeners.otlp_http).
+are configured), gateway (listeners.gateway_exporter; only when gateways are configured), proxy
+(listeners.proxy; only when asked for), receiver (listeners.otlp_http).
 
 examples:
   infersight alerts build --out /etc/prometheus/infersight
@@ -34,8 +35,8 @@ def register(subparsers) -> None:
     render.add_argument("--rules", metavar="DIR", help="the --out folder of `infersight alerts build`; "
                                                        "rule_files then load DIR/rules/*.yml")
     render.add_argument("--job", action="append", default=[], metavar="COMPONENT",
-                        help="scrape this exporter (gpu, engine, proxy, receiver; repeatable; default: gpu, "
-                             "receiver, and engine when engines are configured)")
+                        help="scrape this exporter (gpu, engine, gateway, proxy, receiver; repeatable; default: "
+                             "gpu, receiver, and engine and gateway when the config lists targets for them)")
     render.add_argument("--host", help="address Prometheus reaches the exporters at (default: their listen "
                                        "address; loopback for 0.0.0.0)")
     render.add_argument("--scrape-interval", default="15s", metavar="DURATION",

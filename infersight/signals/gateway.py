@@ -22,3 +22,15 @@ HEALTH_CHECKS = declare("llm_health_checks_total", Kind.COUNTER, "", INSTANCE_LA
                         "Health checks of the instance.", PRODUCER)
 INSTANCE_START_TIME = declare("llm_instance_start_time_seconds", Kind.GAUGE, "seconds", INSTANCE_LABELS,
                               "Unix time the instance joined the pool (cold start).", PRODUCER)
+
+# -- the gateway-source collector's own health (collectors/gateway: llm-d EPP, production-stack, LiteLLM ...) --
+SOURCE_PRODUCER = "collectors.gateway"
+SOURCE_UP = declare("infersight_gateway_source_up", Kind.GAUGE, "", ("source", "kind"),
+                    "1 if the last scrape of the gateway source succeeded, else 0 (its series are then absent).",
+                    SOURCE_PRODUCER)
+SOURCE_SCRAPE_DURATION = declare("infersight_gateway_source_scrape_duration_seconds", Kind.GAUGE, "seconds",
+                                 ("source", "kind"), "Duration of the last scrape of the gateway source.",
+                                 SOURCE_PRODUCER)
+SOURCE_SCRAPE_ERRORS = declare("infersight_gateway_source_scrape_errors_total", Kind.COUNTER, "", ("source", "reason"),
+                               "Failed gateway-source scrapes by reason (down, timeout, malformed, too_large, "
+                               "http_status, unrecognized).", SOURCE_PRODUCER)

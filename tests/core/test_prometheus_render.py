@@ -48,6 +48,9 @@ def test_engines_in_the_config_add_the_engine_job_and_names_follow_the_prefix(ca
     jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in doc["scrape_configs"]}
     assert jobs == {"ml-gpu": ["127.0.0.1:9835"], "ml-engine": ["127.0.0.1:9900"], "ml-receiver": ["127.0.0.1:4318"]}
     assert doc["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["127.0.0.1:9093"]
+    config.write_text(config.read_text() + "gateways: {targets: [{url: 'http://epp:9090/metrics', kind: epp}]}\n")
+    jobs = [j["job_name"] for j in render(capsys, config=config)["scrape_configs"]]
+    assert jobs == ["ml-gpu", "ml-engine", "ml-gateway", "ml-receiver"]
     doc = render(capsys, "--job", "proxy", "--host", "10.1.2.3", config=config)
     assert doc["scrape_configs"][0]["static_configs"] == [{"targets": ["10.1.2.3:8081"]}]
 

@@ -1,0 +1,130 @@
+"""``infersight collect gateway``: scrape gateways and routers and serve their series as catalog signals."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from infersight.commands.output import FORMATS
+
+EPILOG = """\
+targets come from gateways.targets in the config and --target (repeatable). KIND is one of auto,
+epp (llm-d's endpoint picker), vllm-router (vLLM production-stack), litellm, otel-genai (OTel GenAI
+metrics, e.g. Envoy AI Gateway); auto detects it from the exposition.
+
+examples:
+  infersight collect gateway --target epp=http://epp.llm-d:9090/metrics
+  infersight collect gateway --target http://vllm-router:8001/metrics --once --format table
+  infersight collect gateway --target litellm=http://litellm:4000/metrics --listen 127.0.0.1:9837
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "gateway", help="scrape llm-d EPP, production-stack router, LiteLLM, OTel GenAI gateways as llm_* signals",
+        description="Scrape the gateways and routers in front of the engines and serve their series as the "
+                    "catalog's gateway and request signals (llm_gateway_queue_depth, llm_requests_total, TTFT ...), "
+                    "with instance = the backend endpoint where the product names it. A failed target exposes "
+                    "infersight_gateway_source_up 0 and no other series.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", action="append", default=[], metavar="[KIND=]URL",
+                   help="a gateway /metrics URL, e.g. epp=http://epp:9090/metrics (repeatable)")
+    p.add_argument("--listen", metavar="HOST:PORT",
+                   help="where to serve /metrics (default: listeners.gateway_exporter, 127.0.0.1:9837)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="per-target scrape timeout (default: gateways.timeout_seconds, 2)")
+    p.add_argument("--once", action="store_true", help="scrape once, print and exit (1 if a target failed)")
+    p.add_argument("--format", choices=("prom", *FORMATS), default="prom",
+                   help="with --once: prom prints the normalized exposition; table, json and csv one row per "
+                        "target (default: prom)")
+    p.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"infersight: collect gateway: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args, config) -> int:
+    from infersight.collectors.exporter import parse_listen
+
+    from .collector import GatewayCollector, TargetError, from_config, parse_target_arg
+
+    gateways = config.gateways
+    timeout = args.timeout if args.timeout is not None else gateways.timeout_seconds
+    if timeout <= 0:
+        return _fail("--timeout must be positive")
+    try:
+        targets = from_config(gateways) + [parse_target_arg(spec) for spec in args.target]
+        collector = GatewayCollector(targets, timeout=timeout, max_bytes=gateways.max_bytes,
+                                     log_changes=not args.once)
+    except TargetError as exc:
+        return _fail(str(exc))
+    try:
+        if args.once:
+            return _once(collector, args.format)
+        listen = args.listen or config.listeners.gateway_exporter
+        try:
+            parse_listen(listen)
+        except ValueError as exc:
+            return _fail(str(exc))
+        return _serve(collector, listen)
+    finally:
+        collector.close()
+
+
+class _Frozen:
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)
+
+
+def _once(collector, fmt: str) -> int:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from infersight.commands.output import render
+
+    results = collector.scrape()
+    if fmt == "prom":
+        registry = CollectorRegistry()
+        registry.register(_Frozen(collector.families(results)))
+        sys.stdout.write(generate_latest(registry).decode())
+    else:
+        print(render([r.row() for r in results], fmt, ["source", "kind", "up", "series", "seconds", "error",
+                                                      "detail"]))
+    failed = [r for r in results if not r.up]
+    for r in failed:
+        print(f"infersight: gateway {r.target.name} ({r.target.url}) failed: {r.reason}: {r.detail}",
+              file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _serve(collector, listen: str) -> int:
+    import signal
+    import threading
+
+    from infersight.collectors.exporter import serve
+
+    from .collector import build_registry
+
+    try:
+        server, _thread = serve(build_registry(collector), listen)
+    except OSError as exc:
+        return _fail(f"cannot listen on {listen}: {exc.strerror or exc} (is the port in use? pick another with "
+                     "--listen)")
+    host = listen.rpartition(":")[0]
+    print(f"infersight: serving {len(collector.targets)} gateway source(s) on http://{host}:{server.server_port}"
+          "/metrics", file=sys.stderr, flush=True)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        while not stopping.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+    return 0
