@@ -280,6 +280,16 @@ class Tracing(Section):
     max_export_batch_size: int | None = Field(None, gt=0)
     schedule_delay_ms: float | None = Field(None, gt=0)
     max_span_events: int | None = Field(None, ge=0, description="default 16384 or OTEL_SPAN_EVENT_COUNT_LIMIT")
+    metrics_otlp_endpoint: str | None = Field(None, description="also push the request metrics over OTLP/HTTP, "
+                                                                "under the GenAI metric names")
+    metrics_interval_seconds: float = Field(10.0, gt=0)
+
+    @field_validator("metrics_otlp_endpoint")
+    @classmethod
+    def _metrics_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("expected an OTLP/HTTP URL such as http://127.0.0.1:4318")
+        return value
 
     @field_validator("otlp_endpoint")
     @classmethod

@@ -9,6 +9,7 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from infersight.config import Config
+from infersight.instrumentation.otlp_metrics import push_from_config
 from infersight.instrumentation.proxy import app as proxy_app
 from infersight.instrumentation.proxy.deadlines import Timeouts
 from infersight.instrumentation.sampling import TailSampler
@@ -45,10 +46,13 @@ def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool:
                            provider_name=provider_name)
     context = proxy_app.ProxyContext(upstream=upstream_url, timeouts=timeouts, tracer=tracer, pool=pool,
                                      max_request_bytes=max_request_bytes)
+    metrics_push = push_from_config(config.tracing, registry, service_name, provider_name)
     try:
         return asyncio.run(_serve(context, host, port))
     finally:
         tracing.shutdown()  # exports the spans still queued
+        if metrics_push is not None:
+            metrics_push.shutdown()  # one last push of the request metrics
 
 
 async def _serve(context: proxy_app.ProxyContext, host: str, port: int) -> int:
