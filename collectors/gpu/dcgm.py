@@ -87,6 +87,8 @@ HOST_LABELS = ("hostname", "Hostname")
 POD_LABELS = {"namespace": ("namespace", "pod_namespace"), "pod": ("pod", "pod_name"),
               "container": ("container", "container_name")}
 MIG_INSTANCE_LABEL = "GPU_I_ID"
+# Series of other entities that also carry a gpu label (the link template writes gpu and gpu_uuid).
+OTHER_ENTITY_LABELS = ("nvlink", "nvswitch", "cpucore")
 
 WANTED = frozenset({name for _a, names, _f in SCALAR_FIELDS for name in names}
                    | {name for _a, _k, names, _f in KEYED_FIELDS for name in names}
@@ -143,14 +145,16 @@ def parse(text: str, node: str = "") -> list[DcgmGPU]:
         for sample in family.samples:
             labels = sample.labels
             index = labels.get("gpu", "")
-            if not index.isdigit():
-                continue  # NVSwitch, NVLink and CPU entities have no GPU index
+            if not index.isdigit() or any(label in labels for label in OTHER_ENTITY_LABELS):
+                continue  # NVSwitch, NVLink and CPU entities: not a GPU's own series
             gpu_node = node or _first(labels, HOST_LABELS)
             key = (gpu_node, int(index))
             entry = gpus.get(key)
             if entry is None:
                 identity = DeviceIdentity(int(index), _first(labels, UUID_LABELS), _first(labels, MODEL_LABELS))
                 entry = gpus[key] = DcgmGPU(gpu_node, identity)
+            elif not entry.identity.uuid and _first(labels, UUID_LABELS):
+                entry.identity = DeviceIdentity(int(index), _first(labels, UUID_LABELS), _first(labels, MODEL_LABELS))
             entry.driver_version = entry.driver_version or labels.get(DRIVER_LABEL, "")
             pod = tuple(_first(labels, names) for names in POD_LABELS.values())
             if pod[1]:
