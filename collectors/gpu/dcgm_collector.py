@@ -213,9 +213,10 @@ def xid_series(labels: tuple[str, ...], last_xid: int) -> Iterator[Series]:
     raised again is invisible (the last value does not change).
     """
     code = str(last_xid)
-    for paging in gpu.PAGING_XIDS:
-        yield gpu.XID_ERRORS, (*labels, paging), 1.0 if code == paging else 0.0
-    if last_xid != 0 and code not in gpu.PAGING_XIDS:
+    paging = [str(xid) for xid in gpu.PAGING_XIDS]
+    for known in paging:
+        yield gpu.XID_ERRORS, (*labels, known), 1.0 if code == known else 0.0
+    if last_xid != 0 and code not in paging:
         yield gpu.XID_ERRORS, (*labels, code), 1.0
 
 
