@@ -3,7 +3,7 @@ subpackages of ``infersight`` (``collectors/`` -> ``infersight.collectors`` ...)
 
 from setuptools import find_packages, setup
 
-COMPONENTS = ("collectors", "instrumentation", "pipelines", "dashboards", "alerts")
+COMPONENTS = ("collectors", "instrumentation", "pipelines", "dashboards", "alerts", "simulator")
 
 packages = find_packages(include=["infersight", "infersight.*"])
 package_dir = {"infersight": "infersight"}

@@ -110,6 +110,12 @@ def normalize(text: str, labels: TargetLabels, engine: str | None = None) -> Nor
     return _Mapper(spec, labels, families).run()
 
 
+def normalize_families(families: dict[str, list[Sample]], labels: TargetLabels, engine: str) -> Normalized:
+    """Normalize families already parsed, keyed as the text parser keys them (counters without
+    ``_total``): the simulator holds its engines' samples in memory and skips the text in virtual time."""
+    return _Mapper(ENGINES[engine], labels, families).run()
+
+
 def _family_name(family) -> str:
     """The family a parsed family belongs to. Samples the parser could not place under their TYPE
     line (``x_total`` under ``# TYPE x counter``, ``_created`` lines, lines with no TYPE at all)

@@ -1,0 +1,35 @@
+"""One simulated request as it travels: client -> gateway -> engine -> back."""
+
+from __future__ import annotations
+
+from infersight.simulator.workload import Draw
+
+
+class SimRequest:
+    __slots__ = ("id", "model", "pool", "strategy", "draw", "arrival", "client_attempt", "gateway_attempt",
+                 "instance", "engine_arrival", "admitted", "first_token", "cached", "s_start", "s_end", "done_at",
+                 "preempted", "extra_latency", "fail_at", "step_s", "queued_at", "routed_at", "deadline")
+
+    def __init__(self, rid: int, model: str, pool: str, strategy: str, draw: Draw, arrival: float,
+                 client_attempt: int, deadline: float):
+        self.id = rid
+        self.model, self.pool, self.strategy = model, pool, strategy
+        self.draw = draw
+        self.arrival = arrival
+        self.client_attempt = client_attempt  # 0 first try, n: the client's n-th retry (x-stainless-retry-count)
+        self.gateway_attempt = 0
+        self.instance = ""
+        self.engine_arrival = 0.0
+        self.admitted: float | None = None
+        self.first_token: float | None = None
+        self.cached = 0
+        self.s_start = 0.0
+        self.s_end = 0.0
+        self.done_at: float | None = None
+        self.preempted = False
+        self.extra_latency = 0.0  # network latency added on the way back (a jittery host)
+        self.fail_at: float | None = None  # the attempt breaks at this time (connection reset)
+        self.step_s = 0.0  # decode step time seen at the end: the inter-token gap
+        self.queued_at: float | None = None
+        self.routed_at: float | None = None
+        self.deadline = deadline  # the client gives up here

@@ -1,0 +1,102 @@
+"""One Prometheus scrape of the simulated fleet, through the real producers.
+
+- gateway: the request metrics and instance health registry (:mod:`.gateway_metrics`);
+- engines: the real engine collector's cycle (up, scrape errors, GPU info, normalized series),
+  fed each simulated engine's vLLM families in memory instead of over HTTP;
+- GPUs: the real GPU exporter's registry over each node's simulated backend.
+
+Samples come back as Prometheus would store them: ``_created`` series dropped, ``job`` added,
+``instance`` set to the scrape target unless the series carries its own (``honor_labels``, as the
+engine collector is scraped), and Prometheus's own ``up`` per target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+
+from infersight.collectors.engine.collector import EngineCollector, TargetResult
+from infersight.collectors.engine.normalize import normalize_families
+from infersight.collectors.engine.targets import Target
+from infersight.collectors.gpu.collector import build_registry
+from infersight.collectors.gpu.sampler import Sampler
+from infersight.simulator import vllm_format
+from infersight.simulator.engine import SimEngine
+
+Sample = tuple[str, dict[str, str], float]
+GATEWAY_JOB, ENGINES_JOB, GPU_JOB = "infersight-gateway", "infersight-engines", "infersight-gpu"
+GATEWAY_TARGET, COLLECTOR_TARGET = "sim-gateway:9100", "sim-collector:9836"
+GPU_EXPORTER_PORT = 9835
+
+
+class _Inline:
+    map = staticmethod(map)
+
+    def shutdown(self, **_kwargs) -> None:
+        pass
+
+
+class SimEngineCollector(EngineCollector):
+    """The real engine collector, reading simulated engines from memory rather than over HTTP."""
+
+    def __init__(self, engines: dict[str, SimEngine]):
+        self.sim_engines = engines
+        super().__init__(log_changes=False, max_workers=1)
+        self._pool.shutdown()
+        self._pool = _Inline()  # the cycle as the collector runs it, without threads: nothing here waits
+
+    def sync_targets(self) -> None:
+        self.static_targets = [Target(url=f"http://{e.instance}/metrics", engine="vllm", pool=e.pool, node=e.node,
+                                      gpu=str(e.gpu)) for e in self.sim_engines.values()]
+
+    def _scrape(self, target: Target) -> TargetResult:
+        engine = next(e for e in self.sim_engines.values() if target.url == f"http://{e.instance}/metrics")
+        if not engine.up:
+            return TargetResult(target, "vllm", 0.002, reason="down", detail="connection refused")
+        normalized = normalize_families(vllm_format.families(engine), target.labels(), "vllm")
+        return TargetResult(target, "vllm", 0.002, normalized)
+
+
+class FleetScraper:
+    def __init__(self, fleet) -> None:
+        self.fleet = fleet
+        self.engine_collector = SimEngineCollector(fleet.gateway.engines)
+        self.gpu_exporters: dict[str, tuple[Sampler, CollectorRegistry]] = {}
+
+    def _gpu_registry(self, node) -> tuple[Sampler, CollectorRegistry]:
+        if node.name not in self.gpu_exporters:
+            sampler = Sampler(node.gpus, interval_seconds=15.0)
+            registry, _collector = build_registry(sampler, node.gpus, node.name)
+            self.gpu_exporters[node.name] = (sampler, registry)
+        return self.gpu_exporters[node.name]
+
+    def scrape(self) -> Iterator[Sample]:
+        yield from _registry(self.fleet.metrics.registry, GATEWAY_JOB, GATEWAY_TARGET)
+        self.engine_collector.sync_targets()
+        cycle = self.engine_collector.run_cycle()
+        yield from _families(cycle.families, ENGINES_JOB, COLLECTOR_TARGET)
+        yield ("up", {"job": ENGINES_JOB, "instance": COLLECTOR_TARGET}, 1.0)
+        for node in self.fleet.nodes:
+            sampler, registry = self._gpu_registry(node)
+            sampler.sample_once()
+            yield from _registry(registry, GPU_JOB, f"{node.name}:{GPU_EXPORTER_PORT}")
+
+    def close(self) -> None:
+        self.engine_collector.close()
+
+
+def _registry(registry: CollectorRegistry, job: str, target: str) -> Iterator[Sample]:
+    yield from _families(registry.collect(), job, target)
+    yield ("up", {"job": job, "instance": target}, 1.0)
+
+
+def _families(families, job: str, target: str) -> Iterator[Sample]:
+    for family in families:
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue
+            labels = dict(s.labels)
+            labels.setdefault("instance", target)
+            labels["job"] = job
+            yield s.name, labels, float(s.value)
