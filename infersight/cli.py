@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "infersight.dashboards.cli",  # dashboards
     "infersight.alerts.cli",  # alerts
     "infersight.commands.prometheus",  # prometheus render
+    "infersight.simulator.cli",  # simulate
     "infersight.commands.demo",  # demo
 )
 

@@ -5,8 +5,9 @@ Each model has pools (stable, canary ...), each with its own strategy. An instan
 ``queue_limit`` they are turned away with a 503. Active health checks probe each instance every
 ``health_interval_s``: a probe fails when the instance is down, the network to it drops the probe,
 or its first token would come later than ``probe_timeout_s``. ``fail_threshold`` failures in a row
-eject it; after ``eject_s`` it is half-open (a trickle of traffic) and ``recover_checks`` passing
-probes bring it back. A broken attempt is retried once on another instance by the gateway itself.
+eject it; a passing probe after ``eject_s`` makes it half-open (a trickle of traffic), and
+``recover_checks`` passing probes bring it back; a failure while half-open ejects it again.
+A broken attempt is retried once on another instance by the gateway itself.
 """
 
 from __future__ import annotations
@@ -251,7 +252,8 @@ class Gateway:
             ok = self._probe(engine, now)
             self.metrics.health.health_check(instance, ok, model=engine.model, pool=engine.pool)
             if h.state == EJECTED:
-                if now - h.ejected_at >= p.eject_s:
+                # back on trial only once it answers again: a dead host stays ejected, it does not flap
+                if ok and now - h.ejected_at >= p.eject_s:
                     self._set(engine, HALF_OPEN)
                     h.passes = 0
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 
 from prometheus_client.utils import floatToGoString
 
@@ -28,6 +29,11 @@ class CountingHistogram:
     def cumulative(self) -> Iterator[tuple[str, int]]:
         """(le as prometheus_client writes it, cumulative count), +Inf last."""
         running = 0
-        for bound, n in zip((*self.bounds, math.inf), self.counts, strict=True):
+        for le, n in zip(_les(self.bounds), self.counts, strict=True):
             running += n
-            yield floatToGoString(bound), running
+            yield le, running
+
+
+@lru_cache(maxsize=64)
+def _les(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    return tuple(floatToGoString(b) for b in (*bounds, math.inf))

@@ -126,7 +126,8 @@ def promtool_values(values: list[float | None]) -> str:
                     j += 1
                 count = j - i
                 if count >= 2:
-                    parts.append(f"{_num(v)}{'+' if step >= 0 else '-'}{_num(abs(step))}x{count}")
+                    sign = "" if step == 0 else f"{'+' if step > 0 else '-'}{_num(abs(step))}"
+                    parts.append(f"{_num(v)}{sign}x{count}")
                     i = j + 1
                     continue
         parts.append(_num(v))

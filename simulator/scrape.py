@@ -12,15 +12,17 @@ engine collector is scraped), and Prometheus's own ``up`` per target.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 
 from infersight.collectors.engine.collector import EngineCollector, TargetResult
+from infersight.collectors.engine.engines import VLLM
 from infersight.collectors.engine.normalize import normalize_families
 from infersight.collectors.engine.targets import Target
 from infersight.collectors.gpu.collector import build_registry
 from infersight.collectors.gpu.sampler import Sampler
+from infersight.signals.engine import KV_CACHE_CAPACITY
 from infersight.simulator import vllm_format
 from infersight.simulator.engine import SimEngine
 
@@ -40,8 +42,9 @@ class _Inline:
 class SimEngineCollector(EngineCollector):
     """The real engine collector, reading simulated engines from memory rather than over HTTP."""
 
-    def __init__(self, engines: dict[str, SimEngine]):
+    def __init__(self, engines: dict[str, SimEngine], keep: Callable[[str], bool] | None = None):
         self.sim_engines = engines
+        self.wanted = _wanted_vllm_families(keep)
         super().__init__(log_changes=False, max_workers=1)
         self._pool.shutdown()
         self._pool = _Inline()  # the cycle as the collector runs it, without threads: nothing here waits
@@ -54,14 +57,34 @@ class SimEngineCollector(EngineCollector):
         engine = next(e for e in self.sim_engines.values() if target.url == f"http://{e.instance}/metrics")
         if not engine.up:
             return TargetResult(target, "vllm", 0.002, reason="down", detail="connection refused")
-        normalized = normalize_families(vllm_format.families(engine), target.labels(), "vllm")
+        families = vllm_format.families(engine)
+        if self.wanted is not None:
+            families = {k: v for k, v in families.items() if k in self.wanted}
+        normalized = normalize_families(families, target.labels(), "vllm")
         return TargetResult(target, "vllm", 0.002, normalized)
 
 
+def _wanted_vllm_families(keep: Callable[[str], bool] | None) -> set[str] | None:
+    """The vLLM families whose normalized series ``keep`` wants (None: all of them)."""
+    if keep is None:
+        return None
+    wanted = set()
+    for rule in VLLM.rules:
+        if any(keep(name) for name in rule.signal.series_names()):
+            wanted.update(rule.sources)
+    if any(keep(name) for name in KV_CACHE_CAPACITY.series_names()):
+        wanted.update(VLLM.derive_sources)
+    return wanted
+
+
 class FleetScraper:
-    def __init__(self, fleet) -> None:
+    """Scrapes every producer of the fleet; ``keep`` drops series by name (the quality test keeps
+    only what some rule reads: other series cannot change a rule's result)."""
+
+    def __init__(self, fleet, keep: Callable[[str], bool] | None = None) -> None:
         self.fleet = fleet
-        self.engine_collector = SimEngineCollector(fleet.gateway.engines)
+        self.keep = keep
+        self.engine_collector = SimEngineCollector(fleet.gateway.engines, keep)
         self.gpu_exporters: dict[str, tuple[Sampler, CollectorRegistry]] = {}
 
     def _gpu_registry(self, node) -> tuple[Sampler, CollectorRegistry]:
@@ -72,6 +95,12 @@ class FleetScraper:
         return self.gpu_exporters[node.name]
 
     def scrape(self) -> Iterator[Sample]:
+        if self.keep is None:
+            yield from self._scrape()
+        else:
+            yield from (s for s in self._scrape() if self.keep(s[0]))
+
+    def _scrape(self) -> Iterator[Sample]:
         yield from _registry(self.fleet.metrics.registry, GATEWAY_JOB, GATEWAY_TARGET)
         self.engine_collector.sync_targets()
         cycle = self.engine_collector.run_cycle()

@@ -1,0 +1,184 @@
+"""The alert-quality check: our generated rules, evaluated by promtool over a scenario's series.
+
+promtool's rule unit tests evaluate every rule at every minute over the input series and store
+the ``ALERTS`` series like Prometheus does. One PromQL probe at the end asks when each alert first
+fired: ``min_over_time(timestamp(ALERTS{alertstate="firing"})[...])``. The probe expects nothing,
+so promtool reports what it got; that report (values printed exactly, in Go's shortest 'E' form)
+is the table: for each expected alert, the minute it fired after onset against its deadline, and
+every other alert that fired at warning or above.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from infersight.alerts.build import render_all
+from infersight.alerts.tools import _binary
+from infersight.config import Config
+from infersight.simulator.recorder import Recorder
+from infersight.simulator.run import simulate
+from infersight.simulator.scenario import Scenario
+
+PAGING = ("warning", "critical")
+PROMTOOL_TIMEOUT_S = 600
+_GOT = re.compile(r'\{([^{}]*)\}\s+(\S+?)(?:,|$)')
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+class QualityError(RuntimeError):
+    """promtool could not evaluate the rules (a tool or rule problem, not an alert verdict)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    alert: str
+    severity: str
+    expected: bool
+    fired_minute: float | None  # minutes after t = 0
+    deadline_minute: float | None  # onset + within_minutes
+    onset_minute: float | None
+    known_failure: str | None = None
+
+    @property
+    def after_onset(self) -> float | None:
+        if self.fired_minute is None:
+            return None
+        return self.fired_minute - (self.onset_minute or 0.0)
+
+    @property
+    def ok(self) -> bool:
+        if self.expected:
+            return self.fired_minute is not None and self.fired_minute <= self.deadline_minute
+        return self.fired_minute is None  # an unexpected alert at warning or above is a failure
+
+
+@dataclass
+class Result:
+    scenario: Scenario
+    rows: list[Row] = field(default_factory=list)
+    first_fired: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok or r.known_failure for r in self.rows)
+
+
+def probe_expr(minutes: int) -> str:
+    return (f'min by (alertname, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})'
+            f'[{minutes}m:1m])) / 60')
+
+
+def test_document(recorder: Recorder, rule_files: list[str], minutes: int) -> dict:
+    return {
+        "rule_files": rule_files,
+        "evaluation_interval": "1m",
+        "tests": [{
+            "name": "alert quality probe",
+            "interval": "1m",
+            "input_series": recorder.input_series(),
+            "promql_expr_test": [{"expr": probe_expr(minutes), "eval_time": f"{minutes}m", "exp_samples": []}],
+        }],
+    }
+
+
+def parse_probe(output: str) -> dict[tuple[str, str], float]:
+    """(alertname, severity) -> first firing minute, from promtool's report of the failed probe."""
+    fired: dict[tuple[str, str], float] = {}
+    for line in output.splitlines():
+        line = line.strip()
+        if not line.startswith("got:"):
+            continue
+        for labels_text, value in _GOT.findall(line[4:]):
+            labels = dict(_LABEL.findall(labels_text))
+            fired[(labels.get("alertname", ""), labels.get("severity", ""))] = float(value)
+    return fired
+
+
+def evaluate(recorder: Recorder, config: Config, minutes: int, workdir: Path) -> dict[tuple[str, str], float]:
+    rules_dir = workdir / "rules"
+    rule_files = []
+    for relative, text in render_all(config).items():
+        if relative.startswith("rules/"):
+            path = workdir / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            rule_files.append(str(path.relative_to(workdir)))
+    del rules_dir
+    test_file = workdir / "quality_test.yml"
+    with test_file.open("w") as out:
+        yaml.safe_dump(test_document(recorder, rule_files, minutes), out, width=1 << 30, sort_keys=False)
+    done = subprocess.run([_binary("promtool"), "test", "rules", test_file.name], cwd=workdir, capture_output=True,
+                          text=True, timeout=PROMTOOL_TIMEOUT_S)
+    output = done.stdout + done.stderr
+    fired = parse_probe(output)
+    if done.returncode != 0 and not fired:
+        raise QualityError(f"promtool could not evaluate the rules:\n{output[-3000:]}")
+    if done.returncode == 0 and "SUCCESS" not in output:
+        raise QualityError(f"unexpected promtool output:\n{output[-3000:]}")
+    return fired
+
+
+def judge(scenario: Scenario, fired: dict[tuple[str, str], float]) -> Result:
+    result = Result(scenario, first_fired=dict(fired))
+    onset = scenario.onset_minute
+    expected = set()
+    for e in scenario.expect:
+        key = (e.alert, e.severity.value)
+        expected.add(key)
+        result.rows.append(Row(e.alert, e.severity.value, True, fired.get(key), onset + e.within_minutes, onset,
+                               e.known_failure))
+    for (alert, severity), minute in sorted(fired.items()):
+        if (alert, severity) not in expected and severity in PAGING:
+            result.rows.append(Row(alert, severity, False, minute, None, onset))
+    return result
+
+
+def rule_names(config: Config) -> set[str]:
+    """Every metric name the generated rules mention."""
+    text = "\n".join(t for path, t in render_all(config).items() if path.startswith("rules/"))
+    return set(_NAME.findall(text))
+
+
+def run(scenario: Scenario, config: Config, workdir: Path | None = None,
+        on_minute: Callable[[int, int], None] | None = None) -> Result:
+    # Series no rule reads cannot change a rule's result; leaving them out keeps promtool fast.
+    names = rule_names(config)
+    _fleet, recorder = simulate(scenario, config, epoch=0.0, on_minute=on_minute, keep=names.__contains__)
+    if workdir is not None:
+        return judge(scenario, evaluate(recorder, config, scenario.minutes, workdir))
+    with tempfile.TemporaryDirectory(prefix="infersight-quality-") as tmp:
+        return judge(scenario, evaluate(recorder, config, scenario.minutes, Path(tmp)))
+
+
+def _cell(row: Row) -> str:
+    if row.fired_minute is None:
+        return "did not fire"
+    return f"+{row.after_onset:g} min" if row.onset_minute is not None else f"minute {row.fired_minute:g}"
+
+
+def table(results: list[Result]) -> str:
+    """The scenario x alert table (Markdown), as the README keeps it."""
+    lines = ["| scenario | alert | severity | fired (after onset) | deadline | verdict |",
+             "|---|---|---|---|---|---|"]
+    for result in results:
+        name = result.scenario.name
+        if not result.rows:
+            lines.append(f"| {name} | (none at warning or above) | | | | ok |")
+        for row in result.rows:
+            deadline = f"+{row.deadline_minute - row.onset_minute:g} min" if row.expected else "must not fire"
+            if row.ok:
+                verdict = "ok"
+            elif row.known_failure:
+                verdict = f"known failure: {row.known_failure}"
+            else:
+                verdict = "FAIL"
+            lines.append(f"| {name} | {row.alert} | {row.severity} | {_cell(row)} | {deadline} | {verdict} |")
+    return "\n".join(lines)
