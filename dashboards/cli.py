@@ -48,6 +48,9 @@ def run_build(args, config) -> int:
         return _fail(f"cannot write to {args.out}: {exc.strerror or exc}", 1)
     rows = [{"path": str(w.path), "kind": w.kind, "title": w.title, "panels": w.panels} for w in written]
     print(render(rows, args.format, ["path", "kind", "title", "panels"]))
-    if urllib.parse.urlsplit(config.clickhouse.dsn).password:
+    if not urllib.parse.urlsplit(config.clickhouse.dsn).username:
+        print(f"note: Grafana logs in as the reader of `infersight up`; set ${PASSWORD_ENV} to its password "
+              f"(in {config.clickhouse.data_dir}/credentials.json)", file=sys.stderr)
+    else:
         print(f"note: the ClickHouse password is not written; Grafana reads it from ${PASSWORD_ENV}", file=sys.stderr)
     return 0

@@ -62,10 +62,12 @@ def _clickhouse(dsn: str) -> dict:
                  "defaultDatabase": clickhouse_database(dsn)}
     source = {"name": CLICKHOUSE_NAME, "uid": CLICKHOUSE_UID, "type": CLICKHOUSE_PLUGIN, "editable": False,
               "jsonData": json_data}
-    if parts.username:
-        json_data["username"] = urllib.parse.unquote(parts.username)
-    if parts.password:
-        source["secureJsonData"] = {"password": f"${{{PASSWORD_ENV}}}"}
+    # Grafana only reads: without a user in the DSN it is the embedded store's read-only reader
+    # (DESIGN.md section 11). The password never goes into the file: Grafana reads it from the environment.
+    from infersight.pipelines.clickhouse_users import READER, USERS
+
+    json_data["username"] = urllib.parse.unquote(parts.username) if parts.username else USERS[READER]
+    source["secureJsonData"] = {"password": f"${{{PASSWORD_ENV}}}"}
     return source
 
 

@@ -132,15 +132,20 @@ class Retention(Section):
 
 
 class ClickHouse(Section):
-    dsn: str = Field("http://127.0.0.1:8123/default", description="http(s)://host:port/db or chdb://path")
+    dsn: str = Field("http://127.0.0.1:8123/default",
+                     description="http(s)://[user@]host:port/db[?password_file=PATH] or chdb://path")
     data_dir: str = ".infersight/clickhouse"
     retention: Retention = Retention()
 
     @field_validator("dsn")
     @classmethod
-    def _scheme(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://", "chdb://")):
-            raise ValueError("expected a URL starting with http://, https:// or chdb://")
+    def _valid_dsn(cls, value: str) -> str:
+        from infersight.dsn import DsnError, parse
+
+        try:
+            parse(value, must_exist=False)  # a chdb:// folder is checked where it is opened
+        except DsnError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
 

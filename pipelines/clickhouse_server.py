@@ -12,10 +12,17 @@ why chdb-core is pinned exactly in pyproject.toml and a smoke test guards it. Th
 must be TabSeparated, or clickhouse-connect's handshake fails. One listener per process; SIGTERM
 stops it. Clients (receiver, CLI, Grafana) talk to it over HTTP exactly as to a production server.
 
+Security (DESIGN.md section 11): the listener is private (127.0.0.1, a port of its own, queries only
+with a per-start secret); the public endpoint is the gate of :mod:`infersight.pipelines.clickhouse_gate`
+in the same process, which admits only the writer and the reader of
+:mod:`infersight.pipelines.clickhouse_users` (passwords in ``DATA_DIR/credentials.json``, 0600).
+
 Usage::
 
     server = ClickHouseServer("/var/lib/infersight/clickhouse").start()
-    client = server.client()          # clickhouse-connect over HTTP
+    client = server.client()          # clickhouse-connect over HTTP, as the writer
+    reader = server.client(role="reader")
+    server.dsn("default", "reader")   # a DSN naming the reader and its password file
     server.stop()                     # SIGTERM; start() again reopens the same data on the same port
 """
 
@@ -35,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 PORT_FILE = "http_port.txt"
+INTERNAL_PORT_FILE = "internal_port.txt"
 LOG_FILE = "clickhouse.log"
 
 
@@ -57,6 +65,7 @@ class ClickHouseServer:
         self.startup_timeout = startup_timeout
         self.run_dir: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
+        self.credentials = None  # clickhouse_users.Credentials, once started
 
     @property
     def url(self) -> str:
@@ -70,7 +79,11 @@ class ClickHouseServer:
         """Start the child process and wait until ``GET /ping`` answers ``Ok.``."""
         if self.running:
             return self
+        from infersight.pipelines import clickhouse_users
+
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.credentials = clickhouse_users.ensure(self.data_dir)
+        adopt_default_database(self.data_dir)
         # clickhouse-local reads config.xml from its working folder: a fresh one per start, so a
         # stale port file or config from an earlier run can never be mistaken for this one.
         self.run_dir = Path(tempfile.mkdtemp(prefix="infersight-clickhouse-"))
@@ -111,11 +124,20 @@ class ClickHouseServer:
             return ""
         return (self.run_dir / LOG_FILE).read_text(errors="replace")
 
-    def client(self, database: str = "default", **kwargs: Any):
-        """A clickhouse-connect client over HTTP to this server."""
+    def client(self, database: str = "default", role: str = "writer", **kwargs: Any):
+        """A clickhouse-connect client over HTTP to this server, as ``role`` (writer or reader)."""
         import clickhouse_connect
 
-        return clickhouse_connect.get_client(host=self.host, port=self.port, database=database, **kwargs)
+        who = self.credentials.role(role)
+        return clickhouse_connect.get_client(host=self.host, port=self.port, database=database,
+                                             username=who.user, password=who.password, **kwargs)
+
+    def dsn(self, database: str = "default", role: str = "writer") -> str:
+        """A DSN for ``role`` on ``database``: its user, and the credentials file as its password_file."""
+        from urllib.parse import quote
+
+        who = self.credentials.role(role)
+        return f"http://{who.user}@{self.host}:{self.port}/{database}?password_file={quote(str(self.credentials.path))}"
 
     def __enter__(self) -> ClickHouseServer:
         return self.start()
@@ -158,18 +180,112 @@ class ClickHouseServer:
             self.run_dir = None
 
 
+def adopt_default_database(data_dir: Path) -> None:
+    """Give a ``default`` database made by clickhouse-local (an overlay, no metadata file) a metadata file.
+
+    Our listener moves clickhouse-local's file-mapping overlay to another database name (see
+    ``_config_xml``), so ``default`` is loaded like any other database: from ``metadata/default.sql``,
+    which clickhouse-local never writes for its own default. Without it, a folder written by the
+    in-process engine or by an older infersight would open with an empty ``default``.
+    """
+    link = data_dir / "metadata" / "default"
+    sql = data_dir / "metadata" / "default.sql"
+    if sql.exists() or not link.is_symlink():
+        return
+    uuid = Path(os.readlink(link)).name
+    if len(uuid) == 36:
+        sql.write_text(f"ATTACH DATABASE _ UUID '{uuid}'\nENGINE = Atomic\n")
+
+
 def serve(data_dir: str, run_dir: str, host: str, port: int) -> None:
-    """The child process: open the listener and block forever inside clickhouse-local."""
+    """The child process: the private clickhouse-local listener in a thread, the gate in front of it."""
+    import asyncio
+    import secrets
+    import threading
+
     from chdb import _chdb  # private entry point of chdb-core; pinned in pyproject.toml
 
-    os.chdir(run_dir)
-    Path("config.xml").write_text(
-        f"<clickhouse><listen_host>{host}</listen_host><http_port>{port}</http_port></clickhouse>\n")
-    _chdb.query(
-        "SYSTEM START LISTEN HTTP; "
-        f"SELECT getServerPort('http_port') INTO OUTFILE '{PORT_FILE}' TRUNCATE FORMAT TabSeparated; "
-        "SELECT sleepEachRow(1) FROM system.numbers FORMAT Null SETTINGS max_block_size = 1",
-        "TabSeparated", path=data_dir)
+    from infersight.pipelines import clickhouse_gate, clickhouse_users
+
+    credentials = clickhouse_users.load(data_dir)
+    if credentials is None:
+        raise SystemExit(f"no credentials in {data_dir}; start the server through ClickHouseServer")
+    secret = secrets.token_urlsafe(32)
+    os.chdir(run_dir)  # mkdtemp: mode 0700, so the secret in config.xml stays the owner's
+    Path("users.xml").write_text(clickhouse_users.users_xml(credentials))
+    Path("config.xml").write_text(_config_xml(credentials, secret))
+
+    def listen() -> None:
+        try:
+            _chdb.query(
+                "CREATE DATABASE IF NOT EXISTS default ENGINE = Atomic; SYSTEM START LISTEN HTTP; "
+                f"SELECT getServerPort('http_port') INTO OUTFILE '{INTERNAL_PORT_FILE}' TRUNCATE FORMAT TabSeparated; "
+                "SELECT sleepEachRow(1) FROM system.numbers FORMAT Null SETTINGS max_block_size = 1",
+                "TabSeparated", path=data_dir)
+        except Exception as exc:  # noqa: BLE001 - reported on stderr, which the parent shows
+            print(f"clickhouse-local stopped: {exc}", file=sys.stderr, flush=True)
+        os._exit(3)  # the listener is gone: the gate must not outlive it
+
+    threading.Thread(target=listen, name="clickhouse-local", daemon=True).start()
+    internal = _wait_internal_port(Path(INTERNAL_PORT_FILE))
+
+    async def run() -> None:
+        gate = clickhouse_gate.Gate(credentials, f"http://127.0.0.1:{internal}", secret)
+        _runner, bound = await clickhouse_gate.serve(gate, host, port)
+        Path(PORT_FILE + ".tmp").write_text(str(bound))
+        os.replace(PORT_FILE + ".tmp", PORT_FILE)
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+def _config_xml(credentials, secret: str) -> str:
+    """clickhouse-local's config: loopback only, users.xml, and handlers that answer only the gate."""
+    import base64
+
+    prefixes = "|".join(base64.b64encode(f"{r.user}:".encode()).decode() for r in (credentials.writer,
+                                                                                    credentials.reader))
+    # Basic credentials of our roles only (a user name of 17 characters plus ':' is 24 fixed base64 characters).
+    return f"""<clickhouse>
+  <listen_host>127.0.0.1</listen_host>
+  <http_port>0</http_port>
+  <!-- clickhouse-local makes its default database an overlay that maps unknown table names to files
+       (and so asks for the FILE grant on every lookup): keep that overlay away from the data. -->
+  <default_database>infersight_local_files</default_database>
+  <user_directories><users_xml><path>users.xml</path></users_xml></user_directories>
+  <http_handlers>
+    <rule><url>/ping</url><methods>GET,HEAD</methods>
+      <handler><type>static</type><status>200</status><response_content>Ok.
+</response_content></handler></rule>
+    <rule>
+      <headers>
+        <X-Infersight-Gate>{secret}</X-Infersight-Gate>
+        <Authorization>regex:Basic ({prefixes}).*</Authorization>
+      </headers>
+      <handler><type>dynamic_query_handler</type><query_param_name>query</query_param_name></handler>
+    </rule>
+    <rule><handler><type>static</type><status>401</status>
+      <response_content>Code: 516. DB::Exception: connect through the infersight gate. (AUTHENTICATION_FAILED)
+</response_content></handler></rule>
+  </http_handlers>
+</clickhouse>
+"""
+
+
+def _wait_internal_port(port_file: Path, timeout: float = 120.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = port_file.read_text().strip() if port_file.exists() else ""
+        if text.isdigit():
+            port = int(text)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2) as resp:
+                    if resp.read().strip() == b"Ok.":
+                        return port
+            except (urllib.error.URLError, OSError):
+                pass
+        time.sleep(0.05)
+    raise SystemExit(f"clickhouse-local did not open its listener within {timeout}s")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -140,8 +140,9 @@ def clickhouse_server(tmp_path_factory):
     """The session's shared ClickHouse server (a started ``ClickHouseServer``), on 127.0.0.1 and a free port.
 
     Attributes: ``url`` (http://127.0.0.1:PORT), ``host``, ``port``, ``data_dir``; ``client(database)`` returns
-    a clickhouse-connect client over HTTP. Share it through :func:`clickhouse_database` (a fresh database per
-    test); do not stop it -- fault tests use :func:`clickhouse_private_server` instead.
+    a clickhouse-connect client over HTTP (as the writer; ``role="reader"``: the reader), ``dsn(database, role)``
+    a DSN with the role's user and password file. Share it through :func:`clickhouse_database` (a fresh
+    database per test); do not stop it -- fault tests use :func:`clickhouse_private_server` instead.
     """
     require_chdb()
     from infersight.pipelines.clickhouse_server import ClickHouseServer
@@ -156,7 +157,7 @@ def clickhouse_database(clickhouse_server, request):
     """Name of a fresh, empty database on the shared server, dropped after the test.
 
     Connect with ``clickhouse_server.client(clickhouse_database)`` or the DSN
-    ``f"{clickhouse_server.url}/{clickhouse_database}"``.
+    ``clickhouse_server.dsn(clickhouse_database)`` (the writer; ``dsn(db, "reader")`` for the reader).
     """
     # Only [A-Za-z0-9_]: test ids of parametrized tests can hold any character.
     name = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in f"t_{request.node.name}"[:40])

@@ -80,10 +80,12 @@ def run_demo(args, config: Config) -> int:
     try:
         client = server.client()
         migrations.migrate(client, SchemaOptions(database="default", retention=config.clickhouse.retention))
+        client.close()
+        client = server.client(role="reader")  # the questions and the report only read (DESIGN.md section 11)
 
         _step(2, "OTLP receivers (HTTP and gRPC) on free ports", quiet)
         try:
-            receiver = ReceiverThread(Receiver(config, dsn=f"{server.url}/default", http_listen="127.0.0.1:0",
+            receiver = ReceiverThread(Receiver(config, dsn=server.dsn("default", "writer"), http_listen="127.0.0.1:0",
                                                grpc_listen="127.0.0.1:0", spool_dir=str(out / "spool"))).start()
         except SetupError as exc:
             print(f"infersight demo: {exc}", file=sys.stderr)

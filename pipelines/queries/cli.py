@@ -154,7 +154,8 @@ def _store(args, config):
     from infersight.pipelines.schema.connection import connect, database_of
 
     dsn = getattr(args, "dsn", None) or config.clickhouse.dsn
-    return connect(dsn), database_of(dsn)
+    # The embedded store's read-only reader unless the DSN names a user.
+    return connect(dsn, role="reader", data_dir=config.clickhouse.data_dir), database_of(dsn)
 
 
 def _window(args, default: str = "1h"):

@@ -19,13 +19,16 @@ def register(subparsers) -> None:
 
     up = subparsers.add_parser(
         "up", help="start the embedded stack: local ClickHouse + schema + receivers",
-        description="Start ClickHouse embedded (chdb-core, data in clickhouse.data_dir), apply the schema "
-                    "migrations, and run the OTLP receivers into it. Ctrl-C stops everything, flushing the queue.")
+        description="Start ClickHouse embedded (chdb-core, data in clickhouse.data_dir) on the host and port of "
+                    "clickhouse.dsn, apply the schema migrations, and run the OTLP receivers into it. It accepts "
+                    "only the writer and the reader whose passwords are in DATA_DIR/credentials.json (created on "
+                    "first start). Ctrl-C stops everything, flushing the queue.")
     _listener_flags(up)
     up.add_argument("--data-dir", help="ClickHouse data folder (default: clickhouse.data_dir)")
-    up.add_argument("--clickhouse-port", type=int, default=8123,
-                    help="HTTP port of the embedded ClickHouse on 127.0.0.1 (default: 8123; 0 picks a free one)")
-    up.add_argument("--database", default="default", help="database for the schema (default: default)")
+    up.add_argument("--dsn", help="where to serve ClickHouse: http://HOST:PORT/DATABASE (default: clickhouse.dsn)")
+    up.add_argument("--clickhouse-port", type=int, metavar="PORT",
+                    help="serve on this port instead of the DSN's (0 picks a free one)")
+    up.add_argument("--database", help="database for the schema (default: the DSN's)")
     up.set_defaults(func=run_up)
 
 
@@ -41,26 +44,43 @@ def run_receive(args, config) -> int:
 
 
 def run_up(args, config) -> int:
+    from infersight.dsn import DsnError, parse
     from infersight.pipelines.clickhouse_server import ClickHouseServer, ClickHouseServerError
     from infersight.pipelines.schema import migrations
     from infersight.pipelines.schema.ddl import SchemaOptions
 
+    text = args.dsn or config.clickhouse.dsn
+    try:
+        dsn = parse(text)
+    except DsnError as exc:
+        print(f"infersight up: {exc}", file=sys.stderr)
+        return 2
+    if not dsn.is_http or dsn.scheme != "http":
+        print(f"infersight up: cannot serve {dsn}: the embedded ClickHouse speaks plain http://HOST:PORT/DATABASE "
+              "(for chdb:// run `infersight receive`; for https put a TLS proxy in front)", file=sys.stderr)
+        return 2
+    if dsn.user is not None:
+        print(f"infersight up: {dsn} names user {dsn.user!r}; the embedded store has its own writer and reader "
+              "(credentials in DATA_DIR/credentials.json): drop the user from the DSN", file=sys.stderr)
+        return 2
+    database = args.database or dsn.database
+    port = dsn.port if args.clickhouse_port is None else args.clickhouse_port
     data_dir = args.data_dir or config.clickhouse.data_dir
-    server = ClickHouseServer(data_dir, port=args.clickhouse_port)
+    server = ClickHouseServer(data_dir, port=port, host=dsn.host)
     try:
         server.start()
     except ClickHouseServerError as exc:
-        print(f"infersight up: embedded ClickHouse did not start: {exc}\n"
-              "If the port is taken, pass --clickhouse-port 0 (or another port).", file=sys.stderr)
+        print(f"infersight up: embedded ClickHouse did not start on {dsn.host}:{port}: {exc}\n"
+              "If the port is taken, change clickhouse.dsn or pass --clickhouse-port 0 (a free one).",
+              file=sys.stderr)
         return 1
     try:
         client = server.client()
-        applied = migrations.migrate(client, SchemaOptions(database=args.database,
-                                                           retention=config.clickhouse.retention))
+        applied = migrations.migrate(client, SchemaOptions(database=database, retention=config.clickhouse.retention))
         client.close()
-        print(f"infersight up: ClickHouse at {server.url} (data in {server.data_dir}); "
-              f"{len(applied)} migration(s) applied", flush=True)
-        return _serve(args, config, f"{server.url}/{args.database}")
+        print(f"infersight up: ClickHouse at {server.url} (data in {server.data_dir}; writer and reader "
+              f"passwords in {server.credentials.path}); {len(applied)} migration(s) applied", flush=True)
+        return _serve(args, config, server.dsn(database, "writer"))
     finally:
         server.stop()
 

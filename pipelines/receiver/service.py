@@ -49,7 +49,8 @@ class Receiver:
         split_listen(self.http_listen), split_listen(self.grpc_listen)  # fail early on a bad address
         self.metrics = PipelineMetrics()
         try:
-            self.sink = make_sink(dsn or config.clickhouse.dsn, store_content=p.store_content)
+            self.sink = make_sink(dsn or config.clickhouse.dsn, store_content=p.store_content,
+                                  data_dir=config.clickhouse.data_dir)
         except ValueError as exc:
             raise SetupError(str(exc)) from None
         try:

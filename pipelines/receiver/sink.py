@@ -15,7 +15,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from infersight.pipelines.receiver import ingest_sql
 from infersight.pipelines.schema import ddl
@@ -47,13 +46,20 @@ class InsertFailed(Exception):
 class ClickHouseSink:
     """Inserts framed OTLP batches into ``database.otel_traces`` on a ClickHouse HTTP server."""
 
-    def __init__(self, dsn: str, store_content: bool = False, timeout_seconds: float = 30.0):
-        if not dsn.startswith(("http://", "https://")):
+    def __init__(self, dsn: str, store_content: bool = False, timeout_seconds: float = 30.0,
+                 data_dir: str | None = None):
+        from infersight.pipelines.schema.connection import WRITER, ConnectionFailed, resolve
+
+        try:
+            self.target = resolve(dsn, WRITER, data_dir)  # the writer of the embedded store unless dsn names a user
+            self._password = self.target.resolve_password()
+        except (ConnectionFailed, ValueError) as exc:
+            raise ValueError(f"clickhouse.dsn: {exc}") from None
+        if not self.target.is_http:
             raise ValueError(f"clickhouse.dsn {dsn!r}: expected http(s)://host:port/database (a ClickHouse server, "
                              "e.g. the one `infersight up` starts) or chdb://PATH (in-process)")
-        parts = urlsplit(dsn)
-        self.dsn = dsn
-        self.database = parts.path.strip("/") or "default"
+        self.dsn = str(self.target)
+        self.database = self.target.database
         self.timeout = timeout_seconds
         self.store_content = store_content
         self.query = ingest_sql.insert_query(self.database, store_content)
@@ -108,11 +114,10 @@ class ClickHouseSink:
         if getattr(self._local, "client", None) is None:
             import clickhouse_connect
 
-            parts = urlsplit(self.dsn)
-            default_port = 8443 if parts.scheme == "https" else 8123
+            t = self.target
             self._local.client = clickhouse_connect.get_client(
-                interface=parts.scheme, host=parts.hostname, port=parts.port or default_port,
-                username=parts.username or "default", password=parts.password or "", database="default",
+                interface=t.scheme, host=t.host, port=t.port,
+                username=t.user or "default", password=self._password, database="default",
                 connect_timeout=5, send_receive_timeout=self.timeout, autogenerate_session_id=False,
             )
         return self._local.client
@@ -152,7 +157,7 @@ class InProcessSink(ClickHouseSink):
         if self._client is None:
             from infersight.pipelines.schema.connection import connect
 
-            self._client = connect(self.dsn)
+            self._client = connect(self.dsn, role="writer")
         return self._client
 
     def _send(self, client, framed: bytes, token: str) -> None:
@@ -167,8 +172,8 @@ class InProcessSink(ClickHouseSink):
         pass  # the in-process engine lives as long as the process
 
 
-def make_sink(dsn: str, store_content: bool = False) -> ClickHouseSink:
+def make_sink(dsn: str, store_content: bool = False, data_dir: str | None = None) -> ClickHouseSink:
     """The sink for a DSN: HTTP to a server, or the in-process engine for ``chdb://``."""
     if dsn.startswith("chdb:"):
         return InProcessSink(dsn, store_content)
-    return ClickHouseSink(dsn, store_content)
+    return ClickHouseSink(dsn, store_content, data_dir=data_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from infersight.commands.output import add_format_flag, render
+from infersight.pipelines.schema.connection import ConnectionFailed as ConnectionFailedError
 
 
 def register(subparsers) -> None:
@@ -21,7 +22,12 @@ def register(subparsers) -> None:
     migrate.set_defaults(func=run_migrate)
 
     render_cmd = commands.add_parser("render", help="print the schema's DDL (for review or a cluster)",
-                                     description="Print every CREATE statement, in order, without connecting.")
+                                     description="Print every CREATE statement, in order, without connecting. "
+                                                 "With --users, print the writer and reader roles instead (the "
+                                                 "same ones `infersight up` creates; passwords as SHA-256 hashes, "
+                                                 "from clickhouse.data_dir/credentials.json, created if missing).")
+    render_cmd.add_argument("--users", action="store_true",
+                            help="print CREATE USER / SETTINGS PROFILE / GRANT for the writer and the reader")
     render_cmd.add_argument("--cluster", metavar="NAME",
                             help="render for a ClickHouse cluster: ON CLUSTER, Replicated engines, Distributed tables")
     render_cmd.add_argument("--database", help="database name (default: the one in clickhouse.dsn)")
@@ -49,7 +55,22 @@ def _options(args, config, dsn: str):
 def run_render(args, config) -> int:
     from infersight.pipelines.schema.migrations import render as render_schema
 
-    opts = _options(args, config, config.clickhouse.dsn)
+    try:
+        opts = _options(args, config, config.clickhouse.dsn)
+    except ConnectionFailedError as exc:
+        print(f"infersight: {exc}", file=sys.stderr)
+        return 2
+    if args.users:
+        from infersight.pipelines import clickhouse_users
+
+        try:
+            credentials = clickhouse_users.ensure(config.clickhouse.data_dir)
+        except (clickhouse_users.CredentialsError, OSError) as exc:
+            print(f"infersight: {exc}", file=sys.stderr)
+            return 1
+        print(f"-- infersight roles for database {opts.database}; the passwords are in {credentials.path}")
+        print(";\n".join(clickhouse_users.render_sql(credentials, opts.database, opts.cluster)) + ";")
+        return 0
     print(";\n\n".join(render_schema(opts)) + ";")
     return 0
 
@@ -58,10 +79,10 @@ def run_migrate(args, config) -> int:
     from infersight.pipelines.schema import migrations
 
     dsn = args.dsn or config.clickhouse.dsn
-    opts = _options(args, config, dsn)
-    client = _connect_or_exit(dsn)
+    client = _connect_or_exit(dsn, "writer", config)  # the writer: migrations run DDL
     if client is None:
         return 1
+    opts = _options(args, config, dsn)
     try:
         applied = migrations.migrate(client, opts)
     except Exception as exc:  # noqa: BLE001 - a server-side refusal, reported without a traceback
@@ -80,10 +101,10 @@ def run_status(args, config) -> int:
     from infersight.pipelines.schema import migrations
 
     dsn = args.dsn or config.clickhouse.dsn
-    opts = _options(args, config, dsn)
-    client = _connect_or_exit(dsn)
+    client = _connect_or_exit(dsn, "reader", config)
     if client is None:
         return 1
+    opts = _options(args, config, dsn)
     waiting = {m.version for m in migrations.pending(client, opts)}
     rows = [{"version": m.version, "name": m.name, "state": "pending" if m.version in waiting else "applied"}
             for m in migrations.MIGRATIONS]
@@ -91,11 +112,11 @@ def run_status(args, config) -> int:
     return 0
 
 
-def _connect_or_exit(dsn: str):
+def _connect_or_exit(dsn: str, role: str, config):
     from infersight.pipelines.schema.connection import ConnectionFailed, connect
 
     try:
-        return connect(dsn)
+        return connect(dsn, role=role, data_dir=config.clickhouse.data_dir)
     except ConnectionFailed as exc:
         print(f"infersight: {exc}", file=sys.stderr)
         return None

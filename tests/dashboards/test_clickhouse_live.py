@@ -41,7 +41,7 @@ LIBRARY_CALLS = {
 @pytest.fixture(scope="module")
 def incident(clickhouse_server):
     client, database, data, _ = incident_data.shared(clickhouse_server)
-    config = parse_config({"clickhouse": {"dsn": f"{clickhouse_server.url}/{database}"}})
+    config = parse_config({"clickhouse": {"dsn": clickhouse_server.dsn(database, "reader")}})
     return client, database, data, sql(all_dashboards(config))
 
 

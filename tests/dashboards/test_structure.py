@@ -237,14 +237,16 @@ def test_datasources_come_from_the_config():
                               "defaultDatabase": "traces", "username": "grafana"}
     assert ch["secureJsonData"]["password"] == f"${{{PASSWORD_ENV}}}"
     default = {s["uid"]: s for s in yaml.safe_load(datasources_yaml(parse_config({})))["datasources"]}
-    assert default[CLICKHOUSE_UID]["jsonData"]["port"] == 8123 and "secureJsonData" not in default[CLICKHOUSE_UID]
+    # Without a user in the DSN Grafana is the embedded store's read-only reader, its password from the environment.
+    assert default[CLICKHOUSE_UID]["jsonData"]["port"] == 8123
+    assert default[CLICKHOUSE_UID]["jsonData"]["username"] == "infersight_reader"
+    assert default[CLICKHOUSE_UID]["secureJsonData"]["password"] == f"${{{PASSWORD_ENV}}}"
 
 
 @pytest.mark.parametrize(("data", "words"), [
     ({"clickhouse": {"dsn": "chdb://.infersight/data"}}, "in-process engine"),
     ({"prometheus": {"url": None}}, "prometheus.url is not set"),
     ({"prometheus": {"url": "prom:9090"}}, "not an http(s) URL"),
-    ({"clickhouse": {"dsn": "http://:8123/db"}}, "has no host"),
 ])
 def test_datasources_grafana_cannot_use_are_refused(data, words):
     with pytest.raises(ProvisioningError, match=re.escape(words)):

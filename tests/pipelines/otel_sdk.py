@@ -88,7 +88,7 @@ def send_via_receiver(server, database: str, incident, timeout: float = 60.0) ->
     from tests.pipelines.incident_data import all_specs
 
     specs = all_specs(incident)
-    receiver = Receiver(Config(), dsn=f"{server.url}/{database}", http_listen="127.0.0.1:0",
+    receiver = Receiver(Config(), dsn=server.dsn(database), http_listen="127.0.0.1:0",
                         grpc_listen="127.0.0.1:0", spool_dir=tempfile.mkdtemp(prefix="infersight-spool-"))
     running = ReceiverThread(receiver).start()
     try:

@@ -68,7 +68,7 @@ def send(handle_http: str, grpc_target: str, n: int, acked: set[str]) -> int:
 def test_clickhouse_stops_mid_stream_and_every_acknowledged_span_lands_once(clickhouse_private_server, tmp_path):
     server = clickhouse_private_server()
     migrate(server, DB)
-    handle = start_receiver(f"{server.url}/{DB}", tmp_path / "spool", **FAST_RETRIES)
+    handle = start_receiver(server.dsn(DB), tmp_path / "spool", **FAST_RETRIES)
     acked: set[str] = set()
     try:
         send(handle.http_url, handle.grpc_target, 10, acked)
@@ -113,7 +113,7 @@ def test_sigkill_with_acknowledged_spans_in_the_spool_loses_and_doubles_nothing(
     migrate(server, DB)
     server.stop()  # ClickHouse down: everything acknowledged now is acknowledged from the spool
     spool_dir = tmp_path / "spool"
-    proc, ports = start_receiver_process(f"{server.url}/{DB}", spool_dir, tmp_path)
+    proc, ports = start_receiver_process(server.dsn(DB), spool_dir, tmp_path)
     acked: set[str] = set()
     try:
         assert send(f"http://127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}", 8, acked) == 0
@@ -126,7 +126,7 @@ def test_sigkill_with_acknowledged_spans_in_the_spool_loses_and_doubles_nothing(
     shutil.copy(spooled[0], keep)
 
     server.start()
-    proc, ports = start_receiver_process(f"{server.url}/{DB}", spool_dir, tmp_path)
+    proc, ports = start_receiver_process(server.dsn(DB), spool_dir, tmp_path)
     try:
         wait_until(lambda: not list(spool_dir.glob("*.batch")), 60, "the restarted receiver to replay the spool")
         counts = stored_counts(server)
@@ -137,7 +137,7 @@ def test_sigkill_with_acknowledged_spans_in_the_spool_loses_and_doubles_nothing(
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(30)
-    proc, ports = start_receiver_process(f"{server.url}/{DB}", spool_dir, tmp_path)
+    proc, ports = start_receiver_process(server.dsn(DB), spool_dir, tmp_path)
     try:
         wait_until(lambda: not list(spool_dir.glob("*.batch")), 60, "the replay of the copied batch")
     finally:
@@ -152,7 +152,7 @@ def test_a_full_spool_refuses_instead_of_acknowledging(clickhouse_private_server
     server = clickhouse_private_server()
     migrate(server, DB)
     server.stop()
-    handle = start_receiver(f"{server.url}/{DB}", tmp_path / "spool", spool_max_bytes=6000, **FAST_RETRIES)
+    handle = start_receiver(server.dsn(DB), tmp_path / "spool", spool_max_bytes=6000, **FAST_RETRIES)
     try:
         url = handle.http_url + "/v1/traces"
         assert post(url, request(spans=10).SerializeToString())[0] == 200  # fits: acknowledged from the spool

@@ -75,7 +75,7 @@ def hostile_json(rng: random.Random) -> list[bytes]:
 @pytest.fixture
 def setup(clickhouse_server, clickhouse_database, tmp_path):
     migrate(clickhouse_server, clickhouse_database)
-    handle = start_receiver(f"{clickhouse_server.url}/{clickhouse_database}", tmp_path / "spool",
+    handle = start_receiver(clickhouse_server.dsn(clickhouse_database), tmp_path / "spool",
                             max_body_bytes=1024 * 1024)
     yield handle, clickhouse_server.client(clickhouse_database)
     handle.stop()

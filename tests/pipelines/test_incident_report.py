@@ -19,7 +19,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def store(clickhouse_server):
     _client, database, data, _ = incident_data.shared(clickhouse_server)
-    return f"{clickhouse_server.url}/{database}", data
+    return clickhouse_server.dsn(database, "reader"), data
 
 
 def test_report_tells_the_story(store, tmp_path, capsys):

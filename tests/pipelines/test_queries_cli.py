@@ -16,7 +16,7 @@ from tests.pipelines import incident_data
 @pytest.fixture(scope="module")
 def store(clickhouse_server):
     _client, database, data, _ = incident_data.shared(clickhouse_server)
-    return f"{clickhouse_server.url}/{database}", data
+    return clickhouse_server.dsn(database, "reader"), data
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -179,7 +179,7 @@ def test_bad_windows(store, capsys, flags, message):
 def test_unreachable_store_and_missing_schema(clickhouse_server, clickhouse_database, capsys):
     code, _, err = run(capsys, "traces", "slowest", "--dsn", "http://127.0.0.1:9/x")
     assert code == 1 and "cannot reach ClickHouse" in err and "Traceback" not in err
-    code, _, err = run(capsys, "traces", "slowest", "--dsn", f"{clickhouse_server.url}/{clickhouse_database}")
+    code, _, err = run(capsys, "traces", "slowest", "--dsn", clickhouse_server.dsn(clickhouse_database, "reader"))
     assert code == 1 and "infersight db migrate" in err and "Traceback" not in err
 
 

@@ -24,7 +24,7 @@ def test_help_describes_both_commands(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["receive", "--dsn", "ftp://ch.internal/traces"], "expected http(s)://host:port/database"),
+    (["receive", "--dsn", "ftp://ch.internal/traces"], "expected http://, https:// or chdb://"),
     (["receive", "--otlp-http", "nowhere"], "expected HOST:PORT"),
     (["receive", "--otlp-grpc", "127.0.0.1:99999"], "expected HOST:PORT"),
 ])

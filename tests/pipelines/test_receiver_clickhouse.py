@@ -31,7 +31,7 @@ def database(clickhouse_server, clickhouse_database):
 
 @pytest.fixture
 def receiver(clickhouse_server, database, tmp_path):
-    handle = start_receiver(f"{clickhouse_server.url}/{database}", tmp_path / "spool", max_attribute_length=64)
+    handle = start_receiver(clickhouse_server.dsn(database), tmp_path / "spool", max_attribute_length=64)
     yield handle
     handle.stop()
 
@@ -182,7 +182,7 @@ def test_long_values_are_stored_cut_and_counted(receiver, ch):
 
 
 def test_prompt_text_is_stored_only_when_enabled(clickhouse_server, database, ch, tmp_path):
-    handle = start_receiver(f"{clickhouse_server.url}/{database}", tmp_path / "spool", store_content=True)
+    handle = start_receiver(clickhouse_server.dsn(database), tmp_path / "spool", store_content=True)
     try:
         req = request(spans=1, attributes={"gen_ai.prompt": "hello", "gen_ai.completion.0.content": "hi"})
         assert post(handle.http_url + "/v1/traces", req.SerializeToString())[0] == 200
@@ -195,7 +195,7 @@ def test_prompt_text_is_stored_only_when_enabled(clickhouse_server, database, ch
 def test_bearer_token_is_required_when_configured(clickhouse_server, database, ch, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("s3cret\n")
-    handle = start_receiver(f"{clickhouse_server.url}/{database}", tmp_path / "spool",
+    handle = start_receiver(clickhouse_server.dsn(database), tmp_path / "spool",
                             auth_token_file=str(token_file))
     try:
         body = request(spans=1).SerializeToString()
@@ -226,7 +226,7 @@ def test_tls_on_both_receivers(clickhouse_server, database, ch, tmp_path):
     subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
                     "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
                    check=True, capture_output=True)
-    handle = start_receiver(f"{clickhouse_server.url}/{database}", tmp_path / "spool",
+    handle = start_receiver(clickhouse_server.dsn(database), tmp_path / "spool",
                             tls_cert_file=str(cert), tls_key_file=str(key))
     try:
         body = request(spans=2).SerializeToString()

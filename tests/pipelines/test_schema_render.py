@@ -59,7 +59,7 @@ def test_db_migrate_cli_reports_unreachable_server(capsys):
 
 
 def test_db_migrate_cli_on_a_real_server(clickhouse_server, clickhouse_database, capsys):
-    dsn = f"{clickhouse_server.url}/{clickhouse_database}"
+    dsn = clickhouse_server.dsn(clickhouse_database)
     assert main(["db", "migrate", "--dsn", dsn]) == 0
     assert "applied 4:" in capsys.readouterr().out
     assert main(["db", "migrate", "--dsn", dsn]) == 0

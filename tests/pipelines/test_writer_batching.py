@@ -21,7 +21,7 @@ from tests.pipelines.receiver_payloads import migrate, post, request, start_rece
 @pytest.fixture
 def dsn(clickhouse_server, clickhouse_database):
     migrate(clickhouse_server, clickhouse_database)
-    return f"{clickhouse_server.url}/{clickhouse_database}"
+    return clickhouse_server.dsn(clickhouse_database)
 
 
 @pytest.fixture

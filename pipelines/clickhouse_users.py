@@ -1,0 +1,179 @@
+"""The two ClickHouse roles of infersight, their credentials file, and how each store gets them.
+
+- **writer** (``infersight_writer``): what the receiver and ``db migrate`` need: SELECT, INSERT and
+  DDL on tables and views; no access management, no SYSTEM, no SOURCES (no ``file``, ``url``,
+  ``remote``, ``s3``, ``executable``... table functions, no dictionaries from files).
+- **reader** (``infersight_reader``): SELECT and SHOW only, ``readonly = 1`` (no INSERT, no DDL, no
+  settings changes): the CLI, the incident report and Grafana.
+
+Their random passwords live in ``<clickhouse.data_dir>/credentials.json`` (mode 0600, created on
+first use and reused). The embedded store (:mod:`infersight.pipelines.clickhouse_server`) renders
+them into the users.xml it starts with; against a ClickHouse server or cluster ``infersight db render
+--users`` prints the same roles as SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from infersight.pipelines.schema import ddl
+
+CREDENTIALS_FILE = "credentials.json"
+WRITER = "writer"
+READER = "reader"
+USERS = {WRITER: "infersight_writer", READER: "infersight_reader"}
+
+# What each role may do, on every database (tests and sites use more than one). Host-touching table
+# functions need SOURCES grants (FILE, URL, REMOTE, S3, ...) and dictionaries need CREATE DICTIONARY:
+# neither role gets them, so ClickHouse refuses those with ACCESS_DENIED.
+WRITER_GRANTS = ("SELECT, INSERT, ALTER TABLE, ALTER VIEW, CREATE DATABASE, CREATE TABLE, CREATE VIEW, "
+                 "DROP DATABASE, DROP TABLE, DROP VIEW, TRUNCATE, OPTIMIZE, SHOW TABLES, SHOW DATABASES, "
+                 "SHOW COLUMNS")
+READER_GRANTS = "SELECT, SHOW TABLES, SHOW DATABASES, SHOW COLUMNS"
+# Engines the migrations create (ClickHouse >= 24 checks TABLE ENGINE on CREATE TABLE).
+TABLE_ENGINES = ("MergeTree", "ReplacingMergeTree", "AggregatingMergeTree", "SummingMergeTree", "Memory",
+                 "ReplicatedMergeTree", "ReplicatedReplacingMergeTree", "ReplicatedAggregatingMergeTree",
+                 "Distributed", "MaterializedView", "View", "Null")
+# Settings the writer may not change (none so far: the migrations' INSERT ... VALUES with server-side
+# parameters needs Values expressions, so the gate checks Values data for file() instead).
+WRITER_FIXED_SETTINGS: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str  # writer or reader
+    user: str
+    password: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.password.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Credentials:
+    path: Path
+    writer: Role
+    reader: Role
+
+    def role(self, name: str) -> Role:
+        return {WRITER: self.writer, READER: self.reader}[name]
+
+    def by_user(self, user: str) -> Role | None:
+        return next((r for r in (self.writer, self.reader) if r.user == user), None)
+
+
+class CredentialsError(RuntimeError):
+    """The credentials file is unreadable, damaged or readable by others."""
+
+
+def credentials_path(data_dir: str | os.PathLike[str]) -> Path:
+    return Path(data_dir) / CREDENTIALS_FILE
+
+
+def load(data_dir: str | os.PathLike[str]) -> Credentials | None:
+    """The credentials of the store in ``data_dir``, or None when it has none yet."""
+    path = credentials_path(data_dir)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CredentialsError(f"{path}: cannot read the ClickHouse credentials ({exc.strerror})") from None
+    try:
+        document = json.loads(text)
+        roles = {name: Role(name, document[name]["user"], document[name]["password"]) for name in USERS}
+    except (ValueError, KeyError, TypeError):
+        raise CredentialsError(f"{path}: not an infersight credentials file; move it away and start again "
+                               "(`infersight up` creates a new one)") from None
+    return Credentials(path, roles[WRITER], roles[READER])
+
+
+def ensure(data_dir: str | os.PathLike[str]) -> Credentials:
+    """Load the credentials of ``data_dir``, creating them (random passwords, mode 0600) on first use."""
+    existing = load(data_dir)
+    path = credentials_path(data_dir)
+    if existing is not None:
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            os.chmod(path, 0o600)  # someone widened it: the passwords must stay the owner's
+        return existing
+    path.parent.mkdir(parents=True, exist_ok=True)
+    roles = {name: {"user": user, "password": secrets.token_urlsafe(24)} for name, user in USERS.items()}
+    # O_EXCL: two first starts racing never end with two different password sets.
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return ensure(data_dir)
+    with os.fdopen(fd, "w") as f:
+        json.dump(roles, f, indent=2)
+        f.write("\n")
+    return load(data_dir)
+
+
+def users_xml(credentials: Credentials) -> str:
+    """users.xml for the embedded clickhouse-local.
+
+    clickhouse-local itself logs in as ``default`` with an empty password from the loopback address
+    (chdb-core hard-codes it), so that user must exist; the HTTP gate in front of the listener
+    (:mod:`infersight.pipelines.clickhouse_gate`) is what keeps every client away from it.
+    """
+    w, r = credentials.writer, credentials.reader
+    fixed = "".join(f"<{k}><readonly/></{k}>" for k in WRITER_FIXED_SETTINGS)
+    values = "".join(f"<{k}>{v}</{k}>" for k, v in WRITER_FIXED_SETTINGS.items())
+    engines = "".join(f"<query>GRANT TABLE ENGINE ON {e}</query>" for e in TABLE_ENGINES)
+    return f"""<clickhouse>
+  <profiles>
+    <default/>
+    <infersight_writer>{values}<constraints>{fixed}</constraints></infersight_writer>
+    <infersight_reader><readonly>1</readonly></infersight_reader>
+  </profiles>
+  <quotas><default/></quotas>
+  <users>
+    <default>
+      <password></password>
+      <networks><ip>127.0.0.1</ip></networks>
+      <profile>default</profile><quota>default</quota>
+    </default>
+    <{w.user}>
+      <password_sha256_hex>{w.sha256}</password_sha256_hex>
+      <networks><ip>::/0</ip></networks>
+      <profile>infersight_writer</profile><quota>default</quota><default_database>default</default_database>
+      <grants>
+        <query>GRANT {WRITER_GRANTS} ON *.*</query>
+        {engines}
+      </grants>
+    </{w.user}>
+    <{r.user}>
+      <password_sha256_hex>{r.sha256}</password_sha256_hex>
+      <networks><ip>::/0</ip></networks>
+      <profile>infersight_reader</profile><quota>default</quota><default_database>default</default_database>
+      <grants><query>GRANT {READER_GRANTS} ON *.*</query></grants>
+    </{r.user}>
+  </users>
+</clickhouse>
+"""
+
+
+def render_sql(credentials: Credentials, database: str, cluster: str | None = None) -> list[str]:
+    """The same two roles for a ClickHouse server or cluster (passwords as SHA-256 hashes only)."""
+    on = f" ON CLUSTER {ddl.identifier(cluster)}" if cluster else ""
+    db = ddl.identifier(database)
+    w, r = credentials.writer, credentials.reader
+    fixed = ", ".join(f"{k} = {v} CONST" for k, v in WRITER_FIXED_SETTINGS.items())
+    return [
+        f"CREATE SETTINGS PROFILE IF NOT EXISTS infersight_writer{on}" + (f" SETTINGS {fixed}" if fixed else ""),
+        f"CREATE SETTINGS PROFILE IF NOT EXISTS infersight_reader{on} SETTINGS readonly = 1 CONST",
+        f"CREATE USER IF NOT EXISTS {ddl.identifier(w.user)}{on} IDENTIFIED WITH sha256_hash BY "
+        f"{ddl.literal(w.sha256)} SETTINGS PROFILE infersight_writer",
+        f"CREATE USER IF NOT EXISTS {ddl.identifier(r.user)}{on} IDENTIFIED WITH sha256_hash BY "
+        f"{ddl.literal(r.sha256)} SETTINGS PROFILE infersight_reader",
+        f"GRANT{on} {WRITER_GRANTS.replace(', CREATE DATABASE', '').replace(', DROP DATABASE', '')} "
+        f"ON {db}.* TO {ddl.identifier(w.user)}",
+        f"GRANT{on} {READER_GRANTS} ON {db}.* TO {ddl.identifier(r.user)}",
+    ]

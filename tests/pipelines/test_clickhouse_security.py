@@ -1,0 +1,163 @@
+"""A hostile local client against `infersight up` (DESIGN.md section 11), over real HTTP.
+
+Without credentials nothing answers; the reader can SELECT but not INSERT, create, or touch the host;
+the writer can insert and migrate but not touch the host either; a forged row never lands; meanwhile
+the receiver still stores spans and the CLI still answers, each as its own role.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from infersight.cli import main
+from infersight.pipelines import clickhouse_users
+from tests.conftest import free_port, require_chdb
+from tests.pipelines.receiver_payloads import post, request, span_ids
+
+SECRET_FILE = "/etc/hostname"  # any file the server process can read
+HOST_TOUCHING = [
+    f"SELECT * FROM file('{SECRET_FILE}', 'LineAsString')",
+    f"SELECT file('{SECRET_FILE}')",
+    f"SELECT `file`/* hidden */('{SECRET_FILE}')",
+    "SELECT * FROM url('http://127.0.0.1:9/', 'LineAsString')",
+    "SELECT * FROM remote('127.0.0.1', system.one)",
+    "SELECT * FROM s3('http://127.0.0.1:9/bucket/key', 'LineAsString')",
+    f"SELECT * FROM executable('cat {SECRET_FILE}', 'LineAsString', 'line String')",
+    "INSERT INTO FUNCTION file('pwned.txt', 'TSV', 'x UInt8') VALUES (1)",
+    f"CREATE DICTIONARY d (x UInt64) PRIMARY KEY x SOURCE(FILE(path '{SECRET_FILE}' format 'TSV')) "
+    "LAYOUT(FLAT()) LIFETIME(0)",
+]
+
+
+def http(url: str, sql: str, user: str | None = None, password: str = "", params: str = "",
+         body: bytes | None = None, headers: dict | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(f"{url}/?query={urllib.parse.quote(sql)}{params}", data=body, method="POST",
+                                 headers=headers or {})
+    if user is not None:
+        req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """`infersight up` as a process, on a free ClickHouse port given by the DSN."""
+    require_chdb()
+    tmp = tmp_path_factory.mktemp("up")
+    port = free_port()
+    ports_file = tmp / "ports.json"
+    config = tmp / "infersight.yaml"
+    config.write_text(f"clickhouse:\n  dsn: http://127.0.0.1:{port}/default\n  data_dir: {tmp / 'data'}\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infersight", "--config", str(config), "up", "--otlp-http", "127.0.0.1:0",
+         "--otlp-grpc", "127.0.0.1:0", "--spool-dir", str(tmp / "spool"), "--ports-file", str(ports_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not ports_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"infersight up did not start: {proc.communicate()[0]}")
+        time.sleep(0.1)
+    credentials = clickhouse_users.load(tmp / "data")
+    yield {"url": f"http://127.0.0.1:{port}", "config": config, "credentials": credentials, "tmp": tmp,
+           "receiver": json.loads(ports_file.read_text()), "proc": proc}
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+
+
+def test_credentials_file_is_private_and_reused(stack):
+    path = stack["credentials"].path
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    again = clickhouse_users.ensure(path.parent)
+    assert again.writer.password == stack["credentials"].writer.password
+    assert again.reader.password == stack["credentials"].reader.password != again.writer.password
+
+
+@pytest.mark.parametrize("how", [
+    {},  # no credentials at all
+    {"user": "default"},  # the password-less default user
+    {"params": "&user=default"},  # credentials in the URL
+    {"params": "&%75ser=default&password="},  # ... percent-encoded
+    {"headers": {"X-ClickHouse-User": "default"}},
+    {"user": "infersight_reader", "password": "guess"},
+])
+def test_without_valid_credentials_nothing_answers(stack, how):
+    status, text = http(stack["url"], "SELECT currentUser()", **how)
+    assert status in (400, 401, 403), text
+    assert "default" != text.strip()
+    status, _ = http(stack["url"], "SELECT count() FROM default.otel_traces", **how)
+    assert status in (400, 401, 403)
+
+
+def test_reader_selects_but_cannot_write_or_touch_the_host(stack):
+    r = stack["credentials"].reader
+    assert http(stack["url"], "SELECT currentUser()", r.user, r.password) == (200, f"{r.user}\n")
+    assert http(stack["url"], "SELECT count() >= 0 FROM default.otel_traces", r.user, r.password)[0] == 200
+    for sql in ["INSERT INTO default.otel_traces (TraceId, SpanId, SpanName) VALUES ('ab', 'cd', 'forged')",
+                "CREATE TABLE default.evil (x UInt8) ENGINE = MergeTree ORDER BY x",
+                "DROP TABLE default.otel_traces", "ALTER TABLE default.otel_traces DELETE WHERE 1",
+                "CREATE USER evil IDENTIFIED BY 'x'", "SET readonly = 0", "SYSTEM SHUTDOWN", *HOST_TOUCHING]:
+        status, text = http(stack["url"], sql, r.user, r.password)
+        assert status >= 400, f"reader ran {sql!r}: {text}"
+        assert "ACCESS_DENIED" in text or "READONLY" in text or "readonly" in text.lower(), (sql, text)
+
+
+def test_writer_writes_but_cannot_touch_the_host(stack):
+    w = stack["credentials"].writer
+    assert http(stack["url"], "CREATE TABLE IF NOT EXISTS default.scratch (x UInt8) ENGINE = MergeTree ORDER BY x",
+                w.user, w.password)[0] == 200
+    assert http(stack["url"], "INSERT INTO default.scratch VALUES (1)", w.user, w.password)[0] == 200
+    for sql in [*HOST_TOUCHING, "CREATE USER evil IDENTIFIED BY 'x'", "SYSTEM SHUTDOWN"]:
+        status, text = http(stack["url"], sql, w.user, w.password)
+        assert status >= 400 and "ACCESS_DENIED" in text, f"writer ran {sql!r}: {text}"
+    # Values data is parsed with expressions: file() there is refused too.
+    status, text = http(stack["url"], "INSERT INTO default.scratch FORMAT Values", w.user, w.password,
+                        body=f"(length(file('{SECRET_FILE}')))".encode())
+    assert status == 403 and "ACCESS_DENIED" in text
+    assert not (stack["tmp"] / "pwned.txt").exists()
+
+
+def test_forged_row_is_refused_and_the_receiver_still_stores(stack):
+    r = stack["credentials"].reader
+    forged = "INSERT INTO default.otel_traces (TraceId, SpanId, SpanName) VALUES ('f0', 'f1', 'forged')"
+    assert http(stack["url"], forged)[0] == 401
+    assert http(stack["url"], forged, "default")[0] == 401
+    req = request(spans=3)
+    status, _, _ = post(f"http://127.0.0.1:{stack['receiver']['http']}/v1/traces", req.SerializeToString())
+    assert status == 200
+    status, text = http(stack["url"], "SELECT SpanId FROM default.otel_traces ORDER BY SpanId FORMAT TSV",
+                        r.user, r.password)
+    assert status == 200 and set(text.split()) == span_ids(req)
+    assert "forged" not in http(stack["url"], "SELECT groupArray(SpanName) FROM default.otel_traces",
+                                r.user, r.password)[1]
+
+
+def test_cli_answers_as_the_reader_on_the_dsn_port(stack, capsys):
+    """`up` served the DSN's (non-default) port; the CLI finds it and its reader from the same config."""
+    assert main(["--config", str(stack["config"]), "db", "status", "--format", "json"]) == 0
+    assert all(row["state"] == "applied" for row in json.loads(capsys.readouterr().out))
+    assert main(["--config", str(stack["config"]), "traces", "slowest", "--since", "1h", "--format", "json"]) == 0
+    capsys.readouterr()
+    # a DSN naming the writer with the credentials file as its password_file works too
+    w = stack["credentials"].writer
+    dsn = f"http://{w.user}@{stack['url'][7:]}/default?password_file={stack['credentials'].path}"
+    assert main(["db", "status", "--dsn", dsn]) == 0
+    capsys.readouterr()
+    assert main(["db", "status", "--dsn", f"http://infersight_reader:wrong@{stack['url'][7:]}/default"]) == 1
+    err = capsys.readouterr().err
+    assert "refused the credentials of 'infersight_reader'" in err and "Traceback" not in err
