@@ -32,8 +32,8 @@ USERS = {WRITER: "infersight_writer", READER: "infersight_reader"}
 # functions need SOURCES grants (FILE, URL, REMOTE, S3, ...) and dictionaries need CREATE DICTIONARY:
 # neither role gets them, so ClickHouse refuses those with ACCESS_DENIED.
 WRITER_GRANTS = ("SELECT, INSERT, ALTER TABLE, ALTER VIEW, CREATE DATABASE, CREATE TABLE, CREATE VIEW, "
-                 "DROP DATABASE, DROP TABLE, DROP VIEW, TRUNCATE, OPTIMIZE, SHOW TABLES, SHOW DATABASES, "
-                 "SHOW COLUMNS")
+                 "DROP DATABASE, DROP TABLE, DROP VIEW, TRUNCATE, OPTIMIZE, SYSTEM MERGES, SHOW TABLES, "
+                 "SHOW DATABASES, SHOW COLUMNS")
 READER_GRANTS = "SELECT, SHOW TABLES, SHOW DATABASES, SHOW COLUMNS"
 # Engines the migrations create (ClickHouse >= 24 checks TABLE ENGINE on CREATE TABLE).
 TABLE_ENGINES = ("MergeTree", "ReplacingMergeTree", "AggregatingMergeTree", "SummingMergeTree", "Memory",
