@@ -200,7 +200,7 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
         ports_file = workdir / "ports.json"
         ports_file.unlink(missing_ok=True)
         receiver = subprocess.Popen(
-            [sys.executable, "-m", "infersight", "--config", str(config), "receive", "--dsn", f"{server.url}/{DB}",
+            [sys.executable, "-m", "infersight", "--config", str(config), "receive", "--dsn", server.dsn(DB),
              "--otlp-http", "127.0.0.1:0", "--otlp-grpc", "127.0.0.1:0", "--spool-dir", str(workdir / "spool"),
              "--ports-file", str(ports_file)], stdout=subprocess.DEVNULL)
         while not ports_file.exists():
