@@ -7,6 +7,7 @@ first and the deprecated ones follow; the first present wins, never both.
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
 
 from infersight.attributes import Outcome
@@ -17,6 +18,7 @@ from infersight.signals import request as req
 from .rules import Derived, Families, Labels, Rule, SourceSpec, first_present
 
 
+@functools.lru_cache(maxsize=4096)
 def endpoint(url_or_address: str) -> str:
     """``host:port`` of a backend URL (``http://10.0.0.5:8000`` or ``10.0.0.5:8000/v1``), else ``""``."""
     text = url_or_address.strip()
