@@ -1,7 +1,9 @@
-"""Fleet overview: latency against the SLO, traffic, the gateway queue and instance health.
+"""Fleet overview: where the fleet stands now, latency against the SLO, traffic, and instance health.
 
-Everything is split by model and pool; the last row repeats per pool so canary and stable sit side
-by side. Lines are the thresholds the alerts use (config ``slo`` and ``thresholds``).
+Everything is split by model and pool. The deeper questions have their own dashboards, linked from
+here: scale-out and capacity (``capacity``), the circuit breaker and retries (``breaker``), canary
+and strategies side by side (``canary``), one instance (``instance``). Lines are the thresholds the
+alerts use (config ``slo`` and ``thresholds``).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.config import Config
-from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, timeseries, variable
+from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, stat, timeseries, variable
 from infersight.signals import gateway, request
 
 UID = "infersight-fleet"
@@ -23,6 +25,39 @@ def recorded(name: str) -> str:
     return f'{name}{{model=~"$model",pool=~"$pool"}}'
 
 
+def failed_share(by: str, **matchers: str) -> str:
+    """Share of finished requests that did not succeed."""
+    return (f"sum by ({by}) ({request.REQUESTS.rate(RATE, outcome='!=success', **matchers)}) "
+            f"/ sum by ({by}) ({request.REQUESTS.rate(RATE, **matchers)})")
+
+
+def _now(limits: Limits) -> list[dict]:
+    ttft_p95 = f"histogram_quantile(0.95, sum by (le) (rate({request.TTFT.bucket(**F)}[{RATE}])))"
+    failed = (f"sum({request.REQUESTS.rate(RATE, outcome='!=success', **F)}) "
+              f"/ sum({request.REQUESTS.rate(RATE, **F)})")
+    serving = f"sum({gateway.INSTANCE_STATE.select(state='healthy', **F)})"
+    return [
+        stat("TTFT p95", "s", [Q(ttft_p95, "p95")], line=Line(limits.ttft_p95_target_seconds,
+                                                             warn=limits.rising_share * limits.ttft_p95_target_seconds),
+             description="Time to first token, 95th percentile, over the selection.",
+             good="green: under the scale-out bar (orange) and the p95 target (red)."),
+        stat("Requests", "reqps", [Q(f"sum({request.REQUESTS.rate(RATE, **F)})", "requests")],
+             description="Finished requests per second.", good="follows the day's traffic; a cliff is an outage."),
+        stat("Failed share", "percentunit", [Q(failed, "failed")], line=Line(limits.error_budget), decimals=2,
+             description="Requests that ended in error, timeout, cancellation or rejection.",
+             good="under the SLO's error budget (red)."),
+        stat("Healthy instances", "short", [Q(serving, "healthy")],
+             description="Instances in rotation with a closed breaker.",
+             good="the planned instance count; fewer means ejections or cold starts (see the breaker dashboard)."),
+        stat("Gateway queue", "short", [Q(f"sum({gateway.QUEUE_DEPTH.select(**F)})", "queued")],
+             line=Line(limits.gateway_queue_depth), description="Requests waiting at the gateway for an instance.",
+             good="near 0; its 30-minute mean over the line asks for more instances."),
+        stat("Retries per request now", "percentunit", [Q(rec.RETRIES_PER_REQUEST, "fleet")],
+             line=Line(limits.retry_ratio), decimals=2, description="Retry attempts over finished requests.",
+             good="a few percent; at the line it is a retry storm."),
+    ]
+
+
 def _latency(config: Config, limits: Limits) -> list[dict]:
     ttft = [Q(request.TTFT.quantile(q, BY, RATE, **F), f"p{round(q * 100)} {LEGEND}") for q in rec.QUANTILES]
     tpot = [Q(request.TPOT.quantile(q, BY, RATE, **F), f"p{round(q * 100)} {LEGEND}") for q in rec.QUANTILES]
@@ -30,11 +65,14 @@ def _latency(config: Config, limits: Limits) -> list[dict]:
     return [
         timeseries("TTFT p50 / p95 / p99 vs SLO", "s", ttft, line=Line(limits.ttft_slo_seconds),
                    description=f"Time to first token as clients see it; the line is the SLO "
-                               f"({limits.ttft_slo_seconds:g}s)."),
+                               f"({limits.ttft_slo_seconds:g}s).",
+                   good="p99 under the line; p95 climbing towards it is the first sign of a capacity problem."),
         timeseries("TPOT p50 / p95 / p99", "s", tpot, line=Line(config.slo.tpot_p95_seconds),
-                   description="Time per output token; the line is slo.tpot_p95_seconds."),
+                   description="Time per output token; the line is slo.tpot_p95_seconds.",
+                   good="p95 under the line; TPOT rises with batch size, so some rise under load is expected."),
         timeseries("Requests over the TTFT SLO (5m)", "percentunit", [over_slo], line=Line(limits.error_budget),
-                   description="Share of requests slower than the SLO; the line is the error budget."),
+                   description="Share of requests slower than the SLO; the line is the error budget.",
+                   good="under the line; above it the error budget burns and the burn-rate alerts follow."),
     ]
 
 
@@ -45,81 +83,41 @@ def _traffic(limits: Limits) -> list[dict]:
                f"/ sum by (model, pool) ({request.REQUESTS.rate(RATE, **F)})")
     rejected_share = f'{rec.REJECTION_RATIO}{{model=~"$model"}}'
     return [
-        timeseries("Request rate by outcome", "reqps", [Q(requests, LEGEND + " {{outcome}}")], stack=True),
+        timeseries("Request rate by outcome", "reqps", [Q(requests, LEGEND + " {{outcome}}")], stack=True,
+                   description="Finished requests per second by outcome.",
+                   good="almost all success; error and timeout bands are incidents, cancelled is clients leaving."),
         timeseries("Rejections (503/429) by reason", "reqps", [Q(rejections, LEGEND + " {{reason}}")],
-                   width=4),
+                   width=4, description="Requests turned away without service.",
+                   good="0; overload rejections mean the fleet is full."),
         timeseries("Rejected share", "percentunit", [Q(rejected_share, "{{model}}")],
-                   line=Line(limits.rejection_ratio), width=4),
+                   line=Line(limits.rejection_ratio), width=4,
+                   description="Rejected over finished requests; the line is thresholds.rejection_ratio.",
+                   good="0, under the line."),
         timeseries("Retries per request", "percentunit",
                    [Q(retries, LEGEND), Q(rec.RETRIES_PER_REQUEST, "fleet")], line=Line(limits.retry_ratio),
-                   description="Retry attempts over finished requests; the line is the retry-storm threshold."),
-    ]
-
-
-def _scale_out(limits: Limits) -> list[dict]:
-    depth = [Q(recorded(rec.GATEWAY_QUEUE_SUM), "now " + LEGEND),
-             Q(recorded(rec.GATEWAY_QUEUE_AVG30M), "30m mean " + LEGEND)]
-    ttft_p95 = Q(f'{rec.TTFT_P95_BY_MODEL}{{model=~"$model"}}', "{{model}}")
-    bar = limits.rising_share * limits.ttft_p95_target_seconds
-    horizon_s = round(limits.forecast_hours * 3600)
-    demand = f'{rec.IN_FLIGHT_SUM}{{model=~"$model"}}'
-    capacity = f'{rec.SERVING_INSTANCES}{{model=~"$model"}} * {limits.requests_per_instance}'
-    queue_time = request.QUEUE_TIME.quantile(0.95, BY, RATE, **F)
-    return [
-        timeseries("Gateway queue depth and its 30-minute mean", "short", depth,
-                   line=Line(limits.gateway_queue_depth), width=6,
-                   description="The 30-minute mean over the line (thresholds.gateway_queue_depth) asks for more "
-                               "instances."),
-        timeseries("TTFT p95 vs the scale-out bar", "s", [ttft_p95],
-                   line=Line(limits.ttft_p95_target_seconds, warn=bar), width=6,
-                   description=f"Orange: {limits.rising_share:.0%} of the p95 target; above it and rising asks "
-                               "for more instances before the SLO is missed."),
-        timeseries("Demand: in flight, forecast and capacity", "short",
-                   [Q(demand, "in flight {{model}}"),
-                    Q(f"predict_linear({demand}[1h], {horizon_s})", f"in {limits.forecast_hours:g}h {{{{model}}}}"),
-                    Q(capacity, "capacity {{model}}")], width=6,
-                   description=f"Capacity: serving instances x {limits.requests_per_instance} concurrent requests "
-                               "each (capacity model, at the target token rate)."),
-        timeseries("Gateway queue time p95", "s", [Q(queue_time, LEGEND)], width=6),
+                   description="Retry attempts over finished requests; the line is the retry-storm threshold.",
+                   good="a few percent; retries growing with failures is a storm in the making."),
     ]
 
 
 def _instances(limits: Limits) -> list[dict]:
     states = f"sum by (model, pool, state) ({gateway.INSTANCE_STATE.select(**F)})"
-    ejections = f"sum by (model, pool) (increase({gateway.EJECTIONS.select(**F)}[5m]))"
-    p99 = Q(recorded(rec.TTFT_P99_BY_INSTANCE), "{{instance}} " + LEGEND)
     return [
-        timeseries("Instances by state", "short", [Q(states, LEGEND + " {{state}}")], stack=True, width=6,
-                   description="healthy, cold (starting), half_open (breaker: low-priority traffic only), ejected."),
-        timeseries("Instance TTFT p99 (circuit breaker)", "s", [p99], line=Line(limits.instance_p99_ttft_seconds),
-                   width=6, description="Over the line an instance goes half-open: low-priority traffic only."),
-        timeseries("Ejections in 5 minutes", "short", [Q(ejections, LEGEND)], width=6),
+        timeseries("Instances by state", "short", [Q(states, LEGEND + " {{state}}")], stack=True, width=12,
+                   description="healthy, cold (starting), half_open (breaker: low-priority traffic only), ejected.",
+                   good="all healthy; cold only right after a scale-out."),
         timeseries("Share of instances ejected in 5 minutes", "percentunit", [Q(rec.EJECTED_SHARE, "fleet")],
-                   line=Line(limits.ejection_share), max_value=1, width=6,
-                   description="An ejection cascade trips the line (thresholds.ejection_share)."),
-    ]
-
-
-def _canary(limits: Limits) -> list[dict]:
-    # Full width, repeated horizontally: Grafana splits the row among the pools, so canary and stable
-    # sit side by side, one line per question.
-    one_pool = {"model": "=~$model", "pool": "=~$pool"}
-    ttft = request.TTFT.quantile(0.95, ("model",), RATE, **one_pool)
-    errors = (f"sum by (model) ({request.REQUESTS.rate(RATE, outcome='!=success', **one_pool)}) "
-              f"/ sum by (model) ({request.REQUESTS.rate(RATE, **one_pool)})")
-    return [
-        timeseries("TTFT p95, pool $pool", "s", [Q(ttft, "{{model}}")], line=Line(limits.ttft_slo_seconds),
-                   width=24, repeat="pool"),
-        timeseries("Failed share, pool $pool", "percentunit", [Q(errors, "{{model}}")], width=24, repeat="pool"),
+                   line=Line(limits.ejection_share), max_value=1, width=12,
+                   description="An ejection cascade trips the line (thresholds.ejection_share).",
+                   good="0; single ejections are the breaker working, many at once are a cascade."),
     ]
 
 
 def build(config: Config, limits: Limits) -> dict:
-    rows = [("Latency vs SLO", _latency(config, limits)), ("Traffic, rejections and retries", _traffic(limits)),
-            ("Scale-out signals", _scale_out(limits)), ("Instance health", _instances(limits)),
-            ("Canary vs stable (one panel per pool)", _canary(limits))]
+    rows = [("Now", _now(limits)), ("Latency vs SLO", _latency(config, limits)),
+            ("Traffic, rejections and retries", _traffic(limits)), ("Instance health", _instances(limits))]
     variables = [variable("model", "model", request.REQUESTS.name, "model"),
                  variable("pool", "pool", request.REQUESTS.name, "pool")]
     return dashboard(UID, "infersight / Fleet overview",
-                     "TTFT and TPOT against the SLO, traffic, the gateway queue and instance states, by model and "
+                     "TTFT and TPOT against the SLO, traffic, rejections, retries and instance states, by model and "
                      "pool.", layout(rows), variables)

@@ -112,10 +112,29 @@ def _panel(kind: str, title: str, description: str, datasource: dict, targets: l
     return panel
 
 
+def link(title: str, url: str, tooltip: str = "") -> dict:
+    """A link to ``url`` (variables like ``${instance}`` and ``${__url_time_range}`` are expanded by Grafana)."""
+    return {"title": title, "type": "link", "url": url, "tooltip": tooltip, "icon": "dashboard", "tags": [],
+            "asDropdown": False, "includeVars": False, "keepTime": False, "targetBlank": False}
+
+
+def data_link(title: str, url: str) -> dict:
+    """A link on a series or cell; ``url`` may use ``${__field.labels.X}`` or ``${__value.raw}``."""
+    return {"title": title, "url": url, "targetBlank": False}
+
+
+def dashboard_url(uid: str, **variables: str) -> str:
+    """The URL of dashboard ``uid`` keeping the time range, with ``variables`` set (values may be ``${var}``)."""
+    query = "".join(f"&var-{name}={value}" for name, value in variables.items())
+    return f"/d/{uid}?${{__url_time_range}}{query}"
+
+
 def timeseries(title: str, unit: str, queries: Sequence[Q], *, description: str = "", good: str = "",
                line: Line | None = None, stack: bool = False, max_value: float | None = None, width: int = 8,
-               repeat: str | None = None, decimals: int | None = None) -> dict:
-    """A Prometheus time series panel; ``line`` draws the threshold the alerts use."""
+               repeat: str | None = None, decimals: int | None = None, links: Sequence[dict] = (),
+               data_links: Sequence[dict] = ()) -> dict:
+    """A Prometheus time series panel; ``line`` draws the threshold the alerts use; ``links`` sit on the panel,
+    ``data_links`` on each series (their URLs may use the series' labels, ``${__field.labels.instance}``)."""
     defaults = {
         "unit": unit, "min": 0, "color": {"mode": "palette-classic"}, "thresholds": _thresholds(line),
         "custom": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 30 if stack else 10, "showPoints": "never",
@@ -127,25 +146,31 @@ def timeseries(title: str, unit: str, queries: Sequence[Q], *, description: str 
         defaults["max"] = max_value
     if decimals is not None:
         defaults["decimals"] = decimals
+    if data_links:
+        defaults["links"] = list(data_links)
     options = {"legend": _legend(width), "tooltip": {"mode": "multi", "sort": "desc"}}
     extra = {"repeat": repeat, "repeatDirection": "h", "maxPerRow": 4} if repeat else {}
+    if links:
+        extra["links"] = list(links)
     return _panel("timeseries", title, _text(description, good, title), PROMETHEUS_REF, _targets(queries),
                   defaults, options, width, **extra)
 
 
 def stat(title: str, unit: str, queries: Sequence[Q], *, description: str = "", good: str = "",
          line: Line | None = None, width: int = 4, calc: str = "lastNotNull", graph: bool = True,
-         decimals: int | None = None) -> dict:
-    """One big number per series, coloured by the config's threshold, with a sparkline."""
+         decimals: int | None = None, links: Sequence[dict] = (), text_mode: str = "auto") -> dict:
+    """One big number per series, coloured by the config's threshold, with a sparkline; ``text_mode="name"``
+    shows the series' legend instead of its value (e.g. which state is active)."""
     defaults = {"unit": unit, "color": {"mode": "thresholds"}, "thresholds": _thresholds(line), "mappings": []}
     if decimals is not None:
         defaults["decimals"] = decimals
     options = {"reduceOptions": {"calcs": [calc], "fields": "", "values": False}, "orientation": "auto",
                "colorMode": "value", "graphMode": "area" if graph else "none", "justifyMode": "auto",
-               "textMode": "auto", "wideLayout": True, "showPercentChange": False,
+               "textMode": text_mode, "wideLayout": True, "showPercentChange": False,
                "percentChangeColorMode": "standard"}
+    extra = {"links": list(links)} if links else {}
     return _panel("stat", title, _text(description, good, title), PROMETHEUS_REF, _targets(queries), defaults,
-                  options, width, STAT_HEIGHT)
+                  options, width, STAT_HEIGHT, **extra)
 
 
 def gauge(title: str, unit: str, queries: Sequence[Q], *, description: str = "", good: str = "",
@@ -155,7 +180,10 @@ def gauge(title: str, unit: str, queries: Sequence[Q], *, description: str = "",
                 "thresholds": _thresholds(line), "mappings": []}
     options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}, "orientation": "auto",
                "showThresholdLabels": False, "showThresholdMarkers": True, "minVizWidth": 75, "minVizHeight": 75,
-               "sizing": "auto"}
+               "sizing": "auto",
+               # Grafana 13's gauge (its defaults); older Grafana ignores these.
+               "shape": "gauge", "barShape": "flat", "barWidthFactor": 0.5, "segmentCount": 1, "segmentSpacing": 0.3,
+               "effects": {}}
     return _panel("gauge", title, _text(description, good, title), PROMETHEUS_REF, _targets(queries), defaults,
                   options, width, STAT_HEIGHT)
 
@@ -248,15 +276,18 @@ def layout(rows: Sequence[tuple[str, Sequence[dict]]]) -> list[dict]:
 
 
 def variable(name: str, label: str, values_of: str, label_name: str, *, multi: bool = True,
-             description: str = "") -> dict:
-    """A Prometheus query variable over ``label_name`` of the series ``values_of`` (All = ``.*``)."""
+             include_all: bool = True, description: str = "") -> dict:
+    """A Prometheus query variable over ``label_name`` of the series ``values_of`` (All = ``.*``). Without
+    ``include_all`` it is one value, the first one Grafana lists until the user picks another."""
     query = f"label_values({values_of}, {label_name})"
-    return {"type": "query", "name": name, "label": label, "description": description,
-            "datasource": dict(PROMETHEUS_REF), "query": query, "refresh": 2, "sort": 1,
-            "regex": "", "includeAll": True, "multi": multi, "allValue": ALL,
-            "current": {"selected": True, "text": ["All"] if multi else "All",
-                        "value": [ALL_VALUE] if multi else ALL_VALUE},
-            "options": [], "hide": 0}
+    var = {"type": "query", "name": name, "label": label, "description": description,
+           "datasource": dict(PROMETHEUS_REF), "query": query, "refresh": 2, "sort": 1,
+           "regex": "", "includeAll": include_all, "multi": multi, "options": [], "hide": 0}
+    if include_all:
+        var["allValue"] = ALL
+        var["current"] = {"selected": True, "text": ["All"] if multi else "All",
+                          "value": [ALL_VALUE] if multi else ALL_VALUE}
+    return var
 
 
 def sql_variable(name: str, label: str, sql: str, *, all_value: str, description: str = "") -> dict:

@@ -67,6 +67,9 @@ class LiveFleet:
             self.health.instance_started(f"i-{pool}", model=MODEL, pool=pool)
             self.health.set_state(f"i-{pool}", "healthy", model=MODEL, pool=pool)
         self.health.set_state("i-canary", "ejected", model=MODEL, pool="canary")  # the first ejection
+        # A third instance whose breaker is half-open (slow p99): the breaker dashboard lists it.
+        self.health.instance_started("i-slow", model=MODEL, pool="stable")
+        self.health.set_state("i-slow", "half_open", model=MODEL, pool="stable")
         self.traffic = threading.Thread(target=self._traffic, daemon=True)
         self.traffic.start()
 
@@ -85,10 +88,12 @@ class LiveFleet:
 
     def _engine_collector(self) -> int:
         sglang = (FIXTURES / "metrics" / "sglang_metrics_sample.txt").read_text()
+        # The engines' instance names are the ones the gateway routes to (i-stable, i-canary), as in
+        # production where both are the endpoint host:port: the instance drill-down joins them.
         targets = [Target(url=self.engines.add("/vllm", GrowingVLLM()), engine="vllm", pool="stable", node=NODE,
-                          gpu="0"),
+                          gpu="0", instance="i-stable"),
                    Target(url=self.engines.add("/sglang", sglang), engine="sglang", pool="canary", node=NODE,
-                          gpu="1"),
+                          gpu="1", instance="i-canary"),
                    Target(url="http://127.0.0.1:1/metrics", engine="vllm", instance="refused:1")]
         self.collector = EngineCollector(targets, timeout=1.0, log_changes=False)
         registry = CollectorRegistry()
@@ -128,7 +133,8 @@ class LiveFleet:
         self.pipeline = metrics
 
     def _traffic(self) -> None:
-        """A request per pool every 50 ms: most succeed, some retry, a few are rejected."""
+        """A request per pool every 50 ms: most succeed, some retry, a few are rejected or time out; the gateway
+        health-checks the instance of each routed request."""
         n = 0
         while not self.stopping.is_set():
             for pool in POOLS:
@@ -139,6 +145,11 @@ class LiveFleet:
                         req.reject("overloaded")
                         continue
                     req.routed(f"i-{pool}")
+                    # health checks, every third one failing (the failure counter appears at its first event)
+                    self.health.health_check(f"i-{pool}", n % 3 != 0, model=MODEL, pool=pool)
+                    if n % 9 == 0:
+                        req.timeout("ttft")
+                        continue
                     if n % 5 == 0:
                         req.retry(backoff_s=0.001)
                         req.routed(f"i-{pool}")

@@ -66,7 +66,8 @@ def test_every_promql_expression_parses_and_returns_data(live):
                 del pending[expr]
         time.sleep(0.5)
     assert errors == {}, "PromQL Prometheus refuses"
-    assert [f"{q.dashboard} / {q.panel}: {expr}" for expr, q in pending.items()] == [], "panels without data"
+    missing = [f"{q.dashboard} / {q.panel}: {expr}" for expr, q in pending.items()]
+    assert missing == [], "panels without data:\n" + "\n".join(missing)
 
 
 def test_variables_list_values_from_live_series(live):

@@ -41,10 +41,11 @@ def boards():
     return all_dashboards(parse_config({}))
 
 
-def test_five_dashboards_with_unique_uids_and_titles(boards):
+def test_dashboards_with_unique_uids_and_titles(boards):
     assert [b["uid"] for b in boards] == ["infersight-fleet", "infersight-engines", "infersight-gpus",
-                                          "infersight-pipeline", "infersight-traces"]
-    assert len({b["title"] for b in boards}) == 5
+                                          "infersight-pipeline", "infersight-traces", "infersight-instance",
+                                          "infersight-capacity", "infersight-breaker", "infersight-canary"]
+    assert len({b["title"] for b in boards}) == len(boards)
     for board in boards:
         json.loads(json.dumps(board, allow_nan=False))  # plain JSON, no NaN Grafana would refuse
         assert board["schemaVersion"] == SCHEMA_VERSION == 42 and board["time"]["from"].startswith("now-")
@@ -103,6 +104,25 @@ def test_legends_fit_and_data_points_follow_the_width(boards):
                 assert "maxDataPoints" not in panel, where  # Grafana uses the panel's width in pixels
 
 
+def test_every_panel_says_what_it_shows_and_what_good_looks_like(boards):
+    for board in boards:
+        assert board["description"].strip(), board["uid"]
+        for panel in panels(board):
+            what, _, good = panel["description"].partition(" Good: ")
+            assert what.strip() and len(good.strip()) > 1, (board["uid"], panel["title"])
+
+
+def test_stat_and_gauge_panels_lead(boards):
+    kinds = {p["type"] for b in boards for p in panels(b)}
+    assert {"stat", "gauge"} <= kinds
+    for board in boards:
+        rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+        if "Now" in rows:
+            assert rows[0] == "Now", board["uid"]  # where the figures of the moment lead, they lead
+            first = next(p for p in board["panels"] if p["type"] != "row")
+            assert first["type"] in ("stat", "gauge"), board["uid"]
+
+
 def test_every_panel_has_title_datasource_unit_and_targets(boards):
     for board in boards:
         for panel in panels(board):
@@ -120,6 +140,8 @@ def test_every_panel_has_title_datasource_unit_and_targets(boards):
 
 def test_panel_ids_unique_and_grid_without_overlap(boards):
     for board in boards:
+        titles = [p["title"] for p in panels(board) if not p.get("repeat")]
+        assert len(titles) == len(set(titles)), board["uid"]  # links and tests find panels by title
         ids = [p["id"] for p in board["panels"]]
         assert len(set(ids)) == len(ids) and all(ids), board["uid"]
         cells: set[tuple[int, int]] = set()
@@ -190,10 +212,11 @@ def test_thresholds_follow_the_config():
     expected = {
         ("infersight-fleet", "TTFT p50 / p95 / p99 vs SLO"): (1.0, 0.5),
         ("infersight-fleet", "TPOT p50 / p95 / p99"): (0.1, 0.05),
-        ("infersight-fleet", "Gateway queue depth and its 30-minute mean"): (50, 20),
+        ("infersight-capacity", "Gateway queue depth and its 30-minute mean"): (50, 20),
         ("infersight-fleet", "Retries per request"): (0.2, 0.1),
-        ("infersight-fleet", "TTFT p95 vs the scale-out bar"): (1.0, 0.8),
-        ("infersight-fleet", "Instance TTFT p99 (circuit breaker)"): (5.0, 2.0),
+        ("infersight-capacity", "TTFT p95 vs the scale-out bar"): (1.0, 0.8),
+        ("infersight-breaker", "Instance TTFT p99 vs its peers"): (5.0, 2.0),
+        ("infersight-instance", "Breaker: TTFT p99 vs the threshold"): (5.0, 2.0),
         ("infersight-engines", "KV cache usage"): (0.95, 0.9),
         ("infersight-gpus", "Temperature"): (85, 80),
         ("infersight-gpus", "Memory bandwidth utilization"): (0.9, 0.85),
@@ -203,7 +226,7 @@ def test_thresholds_follow_the_config():
         got = tuple(_line(boards[uid], title) for boards in (default, custom))
         assert got == values, (uid, title)
     # the orange scale-out bar: rising share x p95 target
-    bar = [[s["value"] for s in _steps(boards["infersight-fleet"], "TTFT p95 vs the scale-out bar")
+    bar = [[s["value"] for s in _steps(boards["infersight-capacity"], "TTFT p95 vs the scale-out bar")
             if s["color"] == "orange"] for boards in (default, custom)]
     assert bar == [[0.7], [pytest.approx(0.64)]]
 
