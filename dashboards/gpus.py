@@ -59,14 +59,16 @@ def _saturation(limits: Limits) -> list[dict]:
                    [Q(bandwidth, DEVICE + " ({{source}})"),
                     Q(f'{rec.BANDWIDTH_AVG5M}{{node=~"$node",gpu=~"$gpu"}}', DEVICE + " 5m mean")],
                    line=Line(limits.bandwidth_saturation), max_value=1, width=12,
-                   description="source=gpm: NVML GPM DRAM_BW_UTIL (Hopper and newer); source=nvml_busy: the "
-                               "memory-busy time share of older GPUs, not a bandwidth.",
+                   description="source=gpm: NVML GPM DRAM_BW_UTIL (Hopper and newer); source=dcgm: "
+                               "dcgm-exporter's DCGM_FI_PROF_DRAM_ACTIVE; source=nvml_busy: the memory-busy time "
+                               "share of older GPUs, not a bandwidth.",
                    good="under the line; decode is bandwidth-bound, so this, not SM activity, says 'full'."),
         timeseries("SM activity", "percentunit",
                    [Q(per_device(gpu.SM_ACTIVITY), DEVICE),
                     Q(f'{rec.SM_ACTIVITY_AVG5M}{{node=~"$node",gpu=~"$gpu"}}', DEVICE + " 5m mean")],
                    line=Line(limits.compute_low, below=True), max_value=1, width=12,
-                   description="GPM share of SMs busy. Bandwidth over its line with SM activity under this one: "
+                   description="GPM share of SMs busy (from dcgm-exporter: DCGM_FI_PROF_SM_ACTIVE, not in its "
+                               "default counters). Bandwidth over its line with SM activity under this one: "
                                "decode is bandwidth-bound, more batching will not help.",
                    good="high during prefill-heavy load; low SM activity with high bandwidth is normal for decode."),
     ]
