@@ -17,6 +17,7 @@ import yaml
 
 from infersight import attributes as attr
 from infersight.config import Config
+from infersight.pipelines import content_filter
 
 FOLDER = Path(__file__).parent
 FILES = {"collector": FOLDER / "collector.yaml", "loadbalancer": FOLDER / "loadbalancer.yaml"}
@@ -48,7 +49,18 @@ KNOWN_OPTIONS: dict[str, dict[str, set[str] | None]] = {
                                 "timeout": None, "sending_queue": _QUEUE, "retry_on_failure": _RETRY},
     "extensions/health_check": {"endpoint": None, "path": None, "check_collector_pipeline": None},
     "extensions/file_storage": {"directory": None, "timeout": None, "compaction": None, "create_directory": None},
+    # processor/transformprocessor/config.go; extension/bearertokenauthextension/config.go
+    "processors/transform": {"error_mode": None, "trace_statements": None, "metric_statements": None,
+                             "log_statements": None, "flatten_data": None},
+    "extensions/bearertokenauth": {"scheme": None, "token": None, "filename": None, "tokens": None, "header": None},
 }
+# Top-level sections of a Collector configuration (service/config.go and otelcol/config.go).
+TOP_LEVEL = {"receivers", "processors", "exporters", "extensions", "connectors", "service"}
+CONTENT_PROCESSOR = "transform/drop_content"
+AUTH_EXTENSION = "bearertokenauth"
+# OTTL contexts of the transform processor for traces. Span links have none, so link attributes cannot be
+# filtered in the Collector (our receiver drops them there too): see the rendered comment.
+CONTENT_CONTEXTS = ("resource", "span", "spanevent")
 
 
 def load(name: str = "collector") -> dict:
@@ -77,16 +89,75 @@ def environment(config: Config) -> dict[str, str]:
 
 
 def render(config: Config, name: str = "collector") -> str:
-    """The shipped file with its placeholders filled from infersight.yaml (comments kept)."""
+    """The shipped file with its placeholders filled from infersight.yaml, plus what the config asks for.
+
+    Unless ``pipeline.store_content`` is true, a ``transform`` processor drops the content keys of
+    :mod:`infersight.pipelines.content_filter` first in every traces pipeline; with
+    ``pipeline.auth_token_file`` the OTLP receivers require that bearer token (``bearertokenauth``, which
+    the load balancer also sends on to the collectors behind it).
+    """
     values = environment(config)
-    return ENV.sub(lambda m: values[m.group(1)], FILES[name].read_text())
+    template = FILES[name].read_text()
+    document = yaml.safe_load(ENV.sub(lambda m: values[m.group(1)], template))
+    notes = []
+    if not config.pipeline.store_content:
+        add_content_filter(document)
+        notes.append(f"# {CONTENT_PROCESSOR}: prompt and completion attributes dropped (pipeline.store_content is "
+                     "false),\n#   case-insensitively, in resource, span and span event attributes. OTTL has no span "
+                     "link context:\n#   link attributes pass the Collector as sent (`infersight receive` drops them).")
+    if config.pipeline.auth_token_file:
+        add_bearer_token(document, config.pipeline.auth_token_file)
+        notes.append(f"# {AUTH_EXTENSION}: the OTLP receivers require the bearer token in "
+                     f"{config.pipeline.auth_token_file}\n#   (pipeline.auth_token_file; the file must exist on "
+                     "the Collector's host).")
+    header = "".join(line + "\n" for line in template.splitlines() if line.startswith("#") or not line.strip())
+    header = header.split("\n\n")[0] + "\n"
+    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=200)
+    return header + "#\n" + "\n".join(notes) + ("\n" if notes else "") + "\n" + body
+
+
+def add_content_filter(document: dict) -> None:
+    statements = []
+    for context in CONTENT_CONTEXTS:
+        pattern = content_filter.pattern(event=context == "spanevent")
+        statements.append({"context": context, "statements": [f'delete_matching_keys(attributes, "{pattern}")']})
+    processors = document.setdefault("processors", {}) or {}
+    document["processors"] = {CONTENT_PROCESSOR: {"error_mode": "ignore", "trace_statements": statements},
+                              **processors}
+    for spec in (document.get("service", {}).get("pipelines") or {}).values():
+        chain = spec.setdefault("processors", [])
+        # after memory_limiter (which must stay first), before anything that keeps or exports spans
+        at = 1 if chain[:1] == ["memory_limiter"] else 0
+        chain.insert(at, CONTENT_PROCESSOR)
+
+
+def add_bearer_token(document: dict, token_file: str) -> None:
+    extensions = document.setdefault("extensions", {}) or {}
+    document["extensions"] = {AUTH_EXTENSION: {"filename": token_file}, **extensions}
+    service = document.setdefault("service", {})
+    service["extensions"] = [AUTH_EXTENSION, *service.get("extensions", [])]
+    for protocol in (document["receivers"]["otlp"].get("protocols") or {}).values():
+        protocol["auth"] = {"authenticator": AUTH_EXTENSION}
+    balancer = (document.get("exporters") or {}).get("loadbalancing")
+    if balancer:  # tier 2 requires the token too: the load balancer sends it on
+        balancer["protocol"]["otlp"]["auth"] = {"authenticator": AUTH_EXTENSION}
 
 
 def check(document: dict) -> list[str]:
     """Problems found in a Collector configuration (empty when it is sound)."""
     problems: list[str] = []
     if not isinstance(document, dict):
-        return ["the configuration must be a mapping"]
+        return ["not an OpenTelemetry Collector config: the top level must be a mapping"]
+    unknown = sorted(set(document) - TOP_LEVEL)
+    missing = [k for k in ("receivers", "exporters", "service") if k not in document]
+    if unknown or missing:
+        what = f"unknown top-level keys {', '.join(unknown)}" if unknown else f"no {', '.join(missing)} section"
+        hint = " (this looks like an infersight.yaml)" if set(unknown) & {"clickhouse", "pipeline", "slo",
+                                                                            "listeners", "cluster"} else ""
+        return [f"not an OpenTelemetry Collector config: {what}{hint}; expected receivers, processors, "
+                "exporters, extensions and service"]
+    if not (document.get("service") or {}).get("pipelines"):
+        problems.append("service.pipelines: no pipeline defined")
     defined: dict[str, set[str]] = {}
     for section in ("receivers", "processors", "exporters", "extensions"):
         for component, options in (document.get(section) or {}).items():

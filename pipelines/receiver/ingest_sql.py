@@ -19,8 +19,7 @@ types) but shaped for ClickHouse:
 
 from __future__ import annotations
 
-import re
-
+from infersight.pipelines import content_filter
 from infersight.pipelines.schema import ddl
 
 MESSAGE = "ExportTraceServiceRequest"
@@ -77,14 +76,6 @@ _SPAN = (f"Tuple(trace_id String, span_id String, trace_state String, parent_spa
 STRUCTURE = (f"resource_spans Array(Tuple(resource Tuple(attributes {_ATTRIBUTES}), "
              f"scope_spans Array(Tuple(scope Tuple(name String, version String), spans Array({_SPAN})))))")
 
-# Prompt and completion text (GenAI conventions, current and older spellings): dropped unless
-# pipeline.store_content is true. Matched as key prefixes (gen_ai.prompt.0.content ...).
-CONTENT_KEY_PREFIXES = (
-    "gen_ai.prompt", "gen_ai.completion", "gen_ai.input.messages", "gen_ai.output.messages",
-    "gen_ai.system_instructions", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
-    "llm.prompt", "llm.completion",
-)
-
 SPAN_KINDS = "['Unspecified', 'Internal', 'Server', 'Client', 'Producer', 'Consumer']"
 STATUS_CODES = "['Unset', 'Ok', 'Error']"
 
@@ -118,8 +109,8 @@ def insert_query(database: str, store_content: bool = False, source: str | None 
 
 
 def select(store_content: bool, source: str) -> str:
-    def attributes(expr: str) -> str:
-        return _attribute_map(expr, store_content)
+    def attributes(expr: str, event: bool = False) -> str:
+        return _attribute_map(expr, store_content, event)
 
     # Resource and scope are joined per (resource, scope) pair first and only then per span, so that
     # ClickHouse never copies a whole scope's span array once per span (that is quadratic); the
@@ -147,7 +138,7 @@ def select(store_content: bool, source: str) -> str:
   span.status.message AS StatusMessage,
   arrayMap(e -> fromUnixTimestamp64Nano(toInt64(e.time_unix_nano)), span.events) AS `Events.Timestamp`,
   arrayMap(e -> e.name, span.events) AS `Events.Name`,
-  arrayMap(e -> {attributes('e.attributes')}, span.events) AS `Events.Attributes`,
+  arrayMap(e -> {attributes('e.attributes', event=True)}, span.events) AS `Events.Attributes`,
   arrayMap(l -> lower(hex(l.trace_id)), span.links) AS `Links.TraceId`,
   arrayMap(l -> lower(hex(l.span_id)), span.links) AS `Links.SpanId`,
   arrayMap(l -> l.trace_state, span.links) AS `Links.TraceState`,
@@ -155,11 +146,11 @@ def select(store_content: bool, source: str) -> str:
 FROM {flat}"""
 
 
-def _attribute_map(expr: str, store_content: bool) -> str:
+def _attribute_map(expr: str, store_content: bool, event: bool = False) -> str:
     if not store_content:
+        # Prompt and completion text is dropped here, in every attribute place (content_filter.py).
         # One regex rather than a startsWith per prefix: fewer nodes for ClickHouse to analyze per insert.
-        pattern = "^(" + "|".join(re.escape(p) for p in CONTENT_KEY_PREFIXES) + ")"
-        expr = f"arrayFilter(a -> NOT match(a.key, {_literal(pattern)}), {expr})"
+        expr = f"arrayFilter(a -> NOT match(a.key, {_literal(content_filter.pattern(event))}), {expr})"
     return f"mapFromArrays(arrayMap(a -> a.key, {expr}), arrayMap(a -> {_render('a.value')}, {expr}))"
 
 
