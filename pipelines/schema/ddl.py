@@ -21,7 +21,9 @@ from infersight.config import Retention
 
 TRACES = "otel_traces"
 TRACE_ID_TS = "otel_traces_trace_id_ts"
-TOKENS = "llm_token_events"
+TOKENS = "llm_token_events"  # one row per token: a view that expands TOKEN_TIMELINES at read time
+TOKEN_TIMELINES = "llm_token_timelines"  # one row per kept timeline (its JSON text), ordered by TraceId
+TOKENS_V1 = "llm_token_events_v1"  # the per-token table of schema versions before 5, renamed on upgrade
 REQUESTS_1M = "llm_requests_1m"
 MIGRATIONS = "infersight_schema_migrations"
 QUANTILES = (0.5, 0.95, 0.99)
@@ -124,7 +126,7 @@ class SchemaOptions:
 # Inserts a plain MergeTree remembers for insert_deduplication_token: a retried or replayed batch is
 # stored once. Replicated tables deduplicate by default; plain ones only with this window set.
 DEDUP_WINDOW = 10_000
-DEDUP_TABLES = (TRACES, TRACE_ID_TS, TOKENS, REQUESTS_1M)
+DEDUP_TABLES = (TRACES, TRACE_ID_TS, TOKEN_TIMELINES, REQUESTS_1M)
 
 
 def deduplication_window(opts: SchemaOptions) -> list[str]:
@@ -216,49 +218,83 @@ GROUP BY TraceId"""]
 
 
 def token_events(opts: SchemaOptions) -> list[str]:
-    """One row per kept token, exploded from ``llm.token.offsets_us`` by a materialized view.
+    """Kept token timelines: one row per request span, and ``llm_token_events``, one row per token.
 
-    Ordered by TraceId so one trace's timeline is a range read (~2-4 ms instead of ~110 ms by scan).
-    ``GapUs`` is the time since the previous token (0 for the first token, whose distance from the
-    request start is its ``OffsetUs``). A malformed offsets attribute yields no rows, never an error.
+    Measured (benchmarks/pipeline_profile.py, every request span with a 256-token timeline): a view
+    that exploded each timeline into one stored row per token cost ClickHouse ~4x the CPU per span of
+    storing the timeline's text once per request, most of the insert. So ``llm_token_timelines``
+    keeps the JSON text as ``SpanAttributes`` holds it (no parse at insert), ordered by TraceId with
+    small granules so that one trace's timeline is a point read; ``llm_token_events`` is a plain view
+    that parses and expands it when read, with the columns and values the per-token table had
+    (``GapUs`` is the time since the previous token, 0 for the first). A malformed offsets attribute
+    yields no rows, never an error.
     """
     days = opts.retention.tokens_days
-    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(TOKENS, local=True)}{opts.on_cluster} (
+    dedup = "" if opts.cluster else f", non_replicated_deduplication_window = {DEDUP_WINDOW}"
+    offsets = "JSONExtract(OffsetsUs, 'Array(UInt64)')"
+    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(TOKEN_TIMELINES, local=True)}{opts.on_cluster} (
     TraceId String CODEC(ZSTD(1)),
     SpanId String CODEC(ZSTD(1)),
     ServiceName LowCardinality(String) CODEC(ZSTD(1)),
     Model LowCardinality(String) CODEC(ZSTD(1)),
     Instance LowCardinality(String) CODEC(ZSTD(1)),
-    TokenIndex UInt32 CODEC(Delta, ZSTD(1)),
     Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
-    OffsetUs UInt64 CODEC(Delta, ZSTD(1)),
-    GapUs Int64 CODEC(ZSTD(1)),
-    INDEX idx_timestamp Timestamp TYPE minmax GRANULARITY 1,
-    INDEX idx_gap GapUs TYPE minmax GRANULARITY 1
-) ENGINE = {opts.engine(TOKENS)}
+    OffsetsUs String CODEC(ZSTD(1)),
+    INDEX idx_timestamp Timestamp TYPE minmax GRANULARITY 1
+) ENGINE = {opts.engine(TOKEN_TIMELINES)}
 PARTITION BY toDate(Timestamp)
-ORDER BY (TraceId, SpanId, TokenIndex)
+ORDER BY (TraceId, SpanId)
 TTL toDateTime(Timestamp) + toIntervalDay({days})
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1""",
-            *opts.distributed(TOKENS, "cityHash64(TraceId)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(TOKENS + '_mv', local=True)}{opts.on_cluster}
-TO {opts.table(TOKENS, local=True)}
+SETTINGS index_granularity = 256, ttl_only_drop_parts = 1{dedup}""",
+            *opts.distributed(TOKEN_TIMELINES, "cityHash64(TraceId)"),
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(TOKEN_TIMELINES + '_mv', local=True)}{opts.on_cluster}
+TO {opts.table(TOKEN_TIMELINES, local=True)}
 AS SELECT
     TraceId,
     SpanId,
     ServiceName,
     {span_attr(attr.GEN_AI_REQUEST_MODEL)} AS Model,
     {span_attr(attr.INSTANCE)} AS Instance,
+    Timestamp,
+    {span_attr(attr.TOKEN_OFFSETS_US)} AS OffsetsUs
+FROM {opts.table(TRACES, local=True)}
+WHERE mapContains(SpanAttributes, {literal(attr.TOKEN_OFFSETS_US)})""",
+            f"""CREATE VIEW IF NOT EXISTS {opts.table(TOKENS)}{opts.on_cluster}
+AS SELECT
+    TraceId,
+    SpanId,
+    ServiceName,
+    Model,
+    Instance,
     toUInt32(index - 1) AS TokenIndex,
-    addMicroseconds(Timestamp, offset) AS Timestamp,
+    addMicroseconds(start, offset) AS Timestamp,
     offset AS OffsetUs,
     gap AS GapUs
-FROM {opts.table(TRACES, local=True)}
+FROM (SELECT TraceId, SpanId, ServiceName, Model, Instance, Timestamp AS start, {offsets} AS offsets
+      FROM {opts.table(TOKEN_TIMELINES)})
 ARRAY JOIN
-    {TOKEN_OFFSETS} AS offset,
-    arrayDifference({TOKEN_OFFSETS}) AS gap,
-    arrayEnumerate({TOKEN_OFFSETS}) AS index
-WHERE mapContains(SpanAttributes, {literal(attr.TOKEN_OFFSETS_US)})"""]
+    offsets AS offset,
+    arrayDifference(offsets) AS gap,
+    arrayEnumerate(offsets) AS index"""]
+
+
+def token_events_upgrade(opts: SchemaOptions) -> list[str]:
+    """From the per-token table (schema before version 5) to :func:`token_events`.
+
+    Stops the per-token view first, so nothing is written twice; the old table is renamed
+    ``llm_token_events_v1`` (kept until its TTL) by :func:`infersight.pipelines.schema.migrations.migrate`
+    when it finds one, and its rows are copied into ``llm_token_timelines`` (same answers through the view).
+    """
+    return [f"DROP TABLE IF EXISTS {opts.table(TOKENS + '_mv', local=True)}{opts.on_cluster}"]
+
+
+def backfill_timelines(opts: SchemaOptions) -> str:
+    """Copy the per-token rows of an upgraded schema into one row per timeline (as JSON text)."""
+    return f"""INSERT INTO {opts.table(TOKEN_TIMELINES)} (TraceId, SpanId, ServiceName, Model, Instance, Timestamp, OffsetsUs)
+SELECT TraceId, SpanId, any(ServiceName), any(Model), any(Instance), min(subtractMicroseconds(Timestamp, OffsetUs)),
+       toString(arrayMap(t -> t.2, arraySort(groupArray((TokenIndex, OffsetUs)))))
+FROM {opts.table(TOKENS_V1)}
+GROUP BY TraceId, SpanId"""
 
 
 def requests_rollup(opts: SchemaOptions) -> list[str]:

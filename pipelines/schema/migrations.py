@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from infersight.pipelines.schema import ddl
 from infersight.pipelines.schema.ddl import SchemaOptions
@@ -21,21 +22,56 @@ class Migration:
     version: int
     name: str
     statements: Callable[[SchemaOptions], list[str]]
+    # For a step that depends on what the database holds (an upgrade): runs instead of the statements.
+    run: Callable[[Any, SchemaOptions], None] | None = None
+
+
+def _token_timelines_upgrade(client, opts: SchemaOptions) -> None:
+    """Version 5 on a database that has the per-token table of versions 2-4 (a fresh schema already
+    has the view, and this only re-runs its IF NOT EXISTS statements).
+
+    Stop the per-token view, move the old table aside (kept until its TTL), create the timelines
+    table, its view and ``llm_token_events`` as a view, then copy the old rows over. The copy
+    carries a fixed deduplication token, so a migration interrupted after it and run again does not
+    copy twice.
+    """
+    for statement in ddl.token_events_upgrade(opts):
+        client.command(statement)
+    local = ddl.TOKENS + ("_local" if opts.cluster else "")
+    engine = _engine(client, opts, local)
+    if engine and engine != "View":
+        if opts.cluster:  # the Distributed table holds no rows; the shards' tables keep theirs
+            client.command(f"DROP TABLE IF EXISTS {opts.table(ddl.TOKENS)}{opts.on_cluster}")
+        client.command(f"RENAME TABLE {opts.table(ddl.TOKENS, local=True)} TO "
+                       f"{opts.table(ddl.TOKENS_V1, local=True)}{opts.on_cluster}")
+    for statement in ddl.token_events(opts):
+        client.command(statement)
+    if not opts.cluster and _engine(client, opts, ddl.TOKENS_V1):
+        client.command(ddl.backfill_timelines(opts),
+                       settings={"insert_deduplication_token": f"{opts.database}.migration-5-backfill"})
+
+
+def _engine(client, opts: SchemaOptions, table: str) -> str | None:
+    rows = client.query("SELECT engine FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+                        parameters={"db": opts.database, "t": table}).result_rows
+    return rows[0][0] if rows else None
 
 
 MIGRATIONS = (
     Migration(1, "otel_traces and the trace id lookup (OTel Collector exporter compatible)",
               lambda o: ddl.traces_table(o) + ddl.trace_id_ts(o)),
-    Migration(2, "llm_token_events exploded from llm.token.offsets_us", ddl.token_events),
+    Migration(2, "token timelines from llm.token.offsets_us (llm_token_timelines, llm_token_events)", ddl.token_events),
     Migration(3, "llm_requests_1m per-minute rollup", ddl.requests_rollup),
     Migration(4, "insert deduplication window, so retried batches are stored once", ddl.deduplication_window),
+    Migration(5, "token timelines stored once per request (llm_token_timelines); llm_token_events a view over them",
+              ddl.token_events_upgrade, run=_token_timelines_upgrade),
 )
 
 # Table -> (TTL expression, retention field) for reconciling retention with the config.
 TTL_COLUMNS = {
     ddl.TRACES: ("toDateTime(Timestamp)", "traces_days"),
     ddl.TRACE_ID_TS: ("toDateTime(Start)", "traces_days"),
-    ddl.TOKENS: ("toDateTime(Timestamp)", "tokens_days"),
+    ddl.TOKEN_TIMELINES: ("toDateTime(Timestamp)", "tokens_days"),
     ddl.REQUESTS_1M: ("Minute", "rollups_days"),
 }
 
@@ -66,8 +102,11 @@ def migrate(client, opts: SchemaOptions) -> list[Migration]:
     client.command(ddl.migrations_table(opts))
     todo = pending(client, opts)
     for migration in todo:
-        for statement in migration.statements(opts):
-            client.command(statement)
+        if migration.run is not None:
+            migration.run(client, opts)
+        else:
+            for statement in migration.statements(opts):
+                client.command(statement)
         client.command(f"INSERT INTO {opts.table(ddl.MIGRATIONS)} (Version, Name) VALUES ({{v:UInt32}}, {{n:String}})",
                        parameters={"v": migration.version, "n": migration.name})
     reconcile_retention(client, opts)

@@ -78,7 +78,7 @@ def test_retention_follows_the_config(schema):
     ttl = dict(client.query("SELECT name, engine_full FROM system.tables WHERE database = {db:String}",
                             parameters={"db": opts.database}).result_rows)
     assert "toIntervalDay(30)" in ttl[ddl.TRACES] and "toIntervalDay(30)" in ttl[ddl.TRACE_ID_TS]
-    assert "toIntervalDay(2)" in ttl[ddl.TOKENS]
+    assert "toIntervalDay(2)" in ttl[ddl.TOKEN_TIMELINES]
     assert "toIntervalDay(90)" in ttl[ddl.REQUESTS_1M]
     assert migrations.reconcile_retention(client, longer) == []  # nothing left to change
 
@@ -120,3 +120,68 @@ def test_collector_rows_feed_every_view(schema):
     rollup = client.query(f"SELECT Instance, sum(Requests), sum(Errors), quantilesMerge(0.5, 0.95, 0.99)(TtftMs) "
                           f"FROM `{db}`.llm_requests_1m GROUP BY Instance ORDER BY Instance").result_rows
     assert rollup == [("i-1", 1, 0, [100.0, 100.0, 100.0]), ("i-2", 1, 1, [300.0, 300.0, 300.0])]
+
+
+# What migration 2 created before version 5: one stored row per token, exploded at insert.
+PER_TOKEN_SCHEMA = [
+    """CREATE TABLE `{db}`.llm_token_events (TraceId String, SpanId String, ServiceName LowCardinality(String),
+    Model LowCardinality(String), Instance LowCardinality(String), TokenIndex UInt32, Timestamp DateTime64(9),
+    OffsetUs UInt64, GapUs Int64) ENGINE = MergeTree() ORDER BY (TraceId, SpanId, TokenIndex)""",
+    """CREATE MATERIALIZED VIEW `{db}`.llm_token_events_mv TO `{db}`.llm_token_events AS SELECT TraceId, SpanId,
+    ServiceName, SpanAttributes['gen_ai.request.model'] AS Model, SpanAttributes['llm.instance'] AS Instance,
+    toUInt32(index - 1) AS TokenIndex, addMicroseconds(Timestamp, offset) AS Timestamp, offset AS OffsetUs,
+    gap AS GapUs FROM `{db}`.otel_traces ARRAY JOIN
+    JSONExtract(SpanAttributes['llm.token.offsets_us'], 'Array(UInt64)') AS offset,
+    arrayDifference(JSONExtract(SpanAttributes['llm.token.offsets_us'], 'Array(UInt64)')) AS gap,
+    arrayEnumerate(JSONExtract(SpanAttributes['llm.token.offsets_us'], 'Array(UInt64)')) AS index
+    WHERE mapContains(SpanAttributes, 'llm.token.offsets_us')""",
+]
+TOKEN_QUERY = ("SELECT TraceId, SpanId, Instance, TokenIndex, Timestamp, OffsetUs, GapUs FROM `{db}`.llm_token_events "
+               "ORDER BY TraceId, TokenIndex")
+
+
+def test_a_per_token_schema_upgrades_to_timelines_with_the_same_rows(clickhouse_server, clickhouse_database):
+    client, db = clickhouse_server.client(), clickhouse_database
+    opts = SchemaOptions(database=db)
+    migrations.migrate(client, opts)
+    # Make it the schema of before: drop what version 5 made, put the per-token table and view back.
+    for name in (ddl.TOKENS, ddl.TOKEN_TIMELINES + "_mv", ddl.TOKEN_TIMELINES):
+        client.command(f"DROP TABLE {opts.table(name)}")
+    for statement in PER_TOKEN_SCHEMA:
+        client.command(statement.format(db=db))
+    client.command(f"DELETE FROM {opts.table(ddl.MIGRATIONS)} WHERE Version = 5")
+    insert_spans(client, db, [_request("a" * 32, [100_000, 120_000, 450_000], 100.0, "i-1"),
+                              _request("b" * 32, [5_000, 9_000], 3.0, "i-2")])
+    before = client.query(TOKEN_QUERY.format(db=db)).result_rows
+    assert len(before) == 5
+
+    assert [m.version for m in migrations.migrate(client, opts)] == [5]
+    assert client.query(TOKEN_QUERY.format(db=db)).result_rows == before  # the old rows, through the view
+    engines = dict(client.query("SELECT name, engine FROM system.tables WHERE database = {db:String}",
+                                parameters={"db": db}).result_rows)
+    assert engines[ddl.TOKENS] == "View" and engines[ddl.TOKENS_V1] == "MergeTree"
+    assert "llm_token_events_mv" not in engines
+    # New timelines go to the new table only, once; the copy is not repeated by a second run.
+    insert_spans(client, db, [_request("c" * 32, [7_000, 8_000], 7.0, "i-3")])
+    migrations._token_timelines_upgrade(client, opts)
+    after = client.query(TOKEN_QUERY.format(db=db)).result_rows
+    assert after[:5] == before and [r[3] for r in after[5:]] == [0, 1]
+    assert client.query(f"SELECT count() FROM `{db}`.{ddl.TOKENS_V1}").result_rows == [(5,)]
+
+
+def test_one_trace_timeline_is_a_point_read_through_the_view(schema):
+    """The view's TraceId filter reaches the timelines table's primary key (not a scan of every timeline)."""
+    client, opts = schema
+    insert_spans(client, opts.database, [_request(f"{n:032x}", [1000, 2000, 3000], 1.0, "i-1") for n in range(3000)])
+    client.command(f"OPTIMIZE TABLE {opts.table(ddl.TOKEN_TIMELINES)} FINAL")
+    trace = f"{1234:032x}"
+    plan = "\n".join(r[0] for r in client.query(
+        f"EXPLAIN indexes = 1 SELECT * FROM {opts.table(ddl.TOKENS)} WHERE TraceId = {{t:String}}",
+        parameters={"t": trace}).result_rows)
+    assert "PrimaryKey" in plan and "Condition: (TraceId in ['" in plan
+    granules = [line for line in plan.splitlines() if "Granules:" in line]
+    selected, total = (int(x) for x in granules[-1].split("Granules:")[1].strip().split("/"))
+    assert selected < total / 4
+    rows = client.query(f"SELECT TokenIndex, OffsetUs FROM {opts.table(ddl.TOKENS)} WHERE TraceId = {{t:String}} "
+                        "ORDER BY TokenIndex", parameters={"t": trace}).result_rows
+    assert rows == [(0, 1000), (1, 2000), (2, 3000)]

@@ -9,7 +9,7 @@ import pytest
 from infersight.cli import main
 from infersight.pipelines.schema import ddl
 from infersight.pipelines.schema.ddl import SchemaOptions
-from infersight.pipelines.schema.migrations import render
+from infersight.pipelines.schema.migrations import MIGRATIONS, render
 
 
 def test_single_server_uses_plain_engines_and_public_names():
@@ -18,8 +18,9 @@ def test_single_server_uses_plain_engines_and_public_names():
     assert "ON CLUSTER" not in text and "Replicated" not in text and "Distributed" not in text
     assert "_local" not in text
     assert "CREATE TABLE IF NOT EXISTS `obs`.`otel_traces` (" in text
-    # Every statement can run twice: CREATE ... IF NOT EXISTS, or an ALTER that only sets a setting.
-    assert all("IF NOT EXISTS" in s or (s.startswith("ALTER TABLE") and "MODIFY SETTING" in s) for s in statements)
+    # Every statement can run twice: CREATE ... IF NOT EXISTS, DROP ... IF EXISTS, or an ALTER that only sets a setting.
+    assert all("IF NOT EXISTS" in s or s.startswith("DROP TABLE IF EXISTS")
+               or (s.startswith("ALTER TABLE") and "MODIFY SETTING" in s) for s in statements)
 
 
 def test_cluster_rendering():
@@ -28,7 +29,7 @@ def test_cluster_rendering():
     tables = [s for s in statements if s.startswith("CREATE TABLE") and "Distributed(" not in s]
     assert tables and all(re.search(r"ENGINE = Replicated\w*MergeTree\('/clickhouse/tables/\{shard\}/obs/", s)
                           for s in tables)
-    for name in (ddl.TRACES, ddl.TRACE_ID_TS, ddl.TOKENS, ddl.REQUESTS_1M):
+    for name in (ddl.TRACES, ddl.TRACE_ID_TS, ddl.TOKEN_TIMELINES, ddl.REQUESTS_1M):
         distributed = [s for s in statements if f"`obs`.`{name}` ON CLUSTER" in s]
         assert len(distributed) == 1 and f"ENGINE = Distributed('llm', 'obs', '{name}_local'" in distributed[0]
     views = [s for s in statements if "MATERIALIZED VIEW" in s]
@@ -49,7 +50,7 @@ def test_hostile_names_are_quoted():
 def test_db_render_cli(capsys):
     assert main(["db", "render", "--cluster", "prod", "--database", "traces"]) == 0
     out = capsys.readouterr().out
-    assert "ON CLUSTER `prod`" in out and "`traces`.`llm_token_events_local`" in out
+    assert "ON CLUSTER `prod`" in out and "`traces`.`llm_token_timelines_local`" in out
 
 
 def test_db_migrate_cli_reports_unreachable_server(capsys):
@@ -61,11 +62,11 @@ def test_db_migrate_cli_reports_unreachable_server(capsys):
 def test_db_migrate_cli_on_a_real_server(clickhouse_server, clickhouse_database, capsys):
     dsn = clickhouse_server.dsn(clickhouse_database)
     assert main(["db", "migrate", "--dsn", dsn]) == 0
-    assert "applied 4:" in capsys.readouterr().out
+    assert f"applied {len(MIGRATIONS)}:" in capsys.readouterr().out
     assert main(["db", "migrate", "--dsn", dsn]) == 0
     assert "up to date" in capsys.readouterr().out
     assert main(["db", "status", "--dsn", dsn, "--format", "csv"]) == 0
-    assert capsys.readouterr().out.count(",applied") == 4
+    assert capsys.readouterr().out.count(",applied") == len(MIGRATIONS)
     # Migration 4: every table a batch writes deduplicates retried inserts.
     creates = clickhouse_server.client(clickhouse_database).query(
         "SELECT name, create_table_query FROM system.tables WHERE database = {db:String}",
