@@ -247,7 +247,8 @@ ORDER BY (TraceId, SpanId)
 TTL toDateTime(Timestamp) + toIntervalDay({days})
 SETTINGS index_granularity = 256, ttl_only_drop_parts = 1{dedup}""",
             *opts.distributed(TOKEN_TIMELINES, "cityHash64(TraceId)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(TOKEN_TIMELINES + '_mv', local=True)}{opts.on_cluster}
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(TOKEN_TIMELINES + '_mv', local=True)}\
+{opts.on_cluster}
 TO {opts.table(TOKEN_TIMELINES, local=True)}
 AS SELECT
     TraceId,
@@ -290,7 +291,8 @@ def token_events_upgrade(opts: SchemaOptions) -> list[str]:
 
 def backfill_timelines(opts: SchemaOptions) -> str:
     """Copy the per-token rows of an upgraded schema into one row per timeline (as JSON text)."""
-    return f"""INSERT INTO {opts.table(TOKEN_TIMELINES)} (TraceId, SpanId, ServiceName, Model, Instance, Timestamp, OffsetsUs)
+    columns = "TraceId, SpanId, ServiceName, Model, Instance, Timestamp, OffsetsUs"
+    return f"""INSERT INTO {opts.table(TOKEN_TIMELINES)} ({columns})
 SELECT TraceId, SpanId, any(ServiceName), any(Model), any(Instance), min(subtractMicroseconds(Timestamp, OffsetUs)),
        toString(arrayMap(t -> t.2, arraySort(groupArray((TokenIndex, OffsetUs)))))
 FROM {opts.table(TOKENS_V1)}
