@@ -16,12 +16,12 @@ from pathlib import Path
 
 from infersight.alerts.limits import Limits, limits_from_config
 from infersight.config import Config
-from infersight.dashboards import breaker, canary, capacity, engines, fleet, gpus, instance, pipeline, traces
+from infersight.dashboards import breaker, canary, capacity, engines, fleet, gpus, instance, pd, pipeline, traces
 from infersight.dashboards.datasources import dashboards_provider_yaml, datasources_yaml
 
 BUILDERS: tuple[Callable[[Config, Limits], dict], ...] = (
     fleet.build, engines.build, gpus.build, pipeline.build, traces.build, instance.build, capacity.build,
-    breaker.build, canary.build)
+    breaker.build, canary.build, pd.build)
 
 
 @dataclass(frozen=True)

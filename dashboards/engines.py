@@ -59,6 +59,15 @@ def _load(limits: Limits) -> list[dict]:
         timeseries("Targets up", "short", [Q(up, "{{instance}} ({{engine}})")], max_value=1,
                    description="0: the collector cannot scrape the target; its other series are absent.",
                    good="1 for every instance."),
+        timeseries("Waiting requests by reason", "short",
+                   [Q(f"sum by (reason) ({engine.REQUESTS_WAITING_BY_REASON.select(**F)})", "{{reason}}")],
+                   stack=True, width=12,
+                   description="Why requests wait (vLLM: capacity, deferred); the reasons sum to the queue.",
+                   good="empty; capacity means no KV room or batch slot, deferred a scheduling choice."),
+        timeseries("Engine rejections by reason", "reqps",
+                   [Q(f"sum by (instance, reason) ({engine.REJECTIONS.rate(RATE, **F)})", "{{instance}} {{reason}}")],
+                   width=12, description="Requests the engine turned away at admission (queue or token limits).",
+                   good="0; rejections here are the engine's overload, before the gateway sees a 503."),
     ]
 
 
@@ -113,6 +122,10 @@ def _latency(config: Config, limits: Limits) -> list[dict]:
                    percentiles(engine.E2E, ("model",), "{{model}}"), width=12,
                    description="Arrival to last token inside the engine.",
                    good="tracks output length; a jump at constant output length is queueing or preemption."),
+        timeseries("Engine TPOT p50 / p95 / p99 and mean", "s",
+                   percentiles(engine.TPOT, ("model",), "{{model}}"), line=Line(config.slo.tpot_p95_seconds),
+                   width=12, description="Per request: decode time over output tokens, as the engine measures it.",
+                   good="p95 under the line (slo.tpot_p95_seconds)."),
         timeseries("Engine inter-token latency p50 / p95 / p99 and mean", "s",
                    percentiles(engine.INTER_TOKEN, ("model",), "{{model}}"), line=Line(config.slo.tpot_p95_seconds),
                    width=12, description="Time between output tokens; the line is slo.tpot_p95_seconds.",

@@ -7,7 +7,7 @@ from infersight.alerts.limits import Limits
 from infersight.alerts.rules.pipeline import SCRAPE_UP
 from infersight.config import Config
 from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, timeseries
-from infersight.signals import engine, gpu, pipeline, request
+from infersight.signals import engine, gateway, gpu, pipeline, request
 
 UID = "infersight-pipeline"
 SPANS_PER_S = "suffix: spans/s"
@@ -103,6 +103,10 @@ def _exporters(limits: Limits) -> list[dict]:
         timeseries("Engine collector: scrape errors", "ops", [Q(engine_errors, "{{instance}} {{reason}}")],
                    description="Failed engine scrapes by instance and reason.",
                    good="0; down or timeout on one instance matches its Targets up = 0 on Engines."),
+        timeseries("Gateway sources up", "short",
+                   [Q(gateway.SOURCE_UP.select(), "{{source}} ({{kind}})")], max_value=1,
+                   description="The gateway-source collector's scrapes of llm-d, production-stack, LiteLLM...",
+                   good="1 for every source; 0 means the gateway's own series are absent, not zero."),
         timeseries("Engine collector: collection cycle", "s", [Q(cycle, "cycle")],
                    description="One pass over every engine target.", good="well under the scrape interval."),
         timeseries("Tracing SDK: spans dropped before export", SPANS_PER_S, [Q(dropped, "{{service}} {{reason}}")],

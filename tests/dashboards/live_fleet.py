@@ -2,7 +2,8 @@
 
 - the GPU exporter on the simulated backend (two H100s, one fallen off the bus, ECC errors on the other);
 - the engine collector over the vLLM fixture (its generated-token counter made to grow), the SGLang
-  fixture, and a target that refuses connections;
+  fixture, a prefill/decode pair (SGLang prefill, vLLM decode) and a target that refuses connections;
+- dcgm-exporter and llm-d's EPP as GPU and gateway sources, from their captured text;
 - request and gateway metrics from RequestTracer and GatewayHealth, driven by a background thread;
 - the receiver's PipelineMetrics and the tracing SDK's drop counters, as the receiver and
   setup_tracing register them.
@@ -23,7 +24,9 @@ from prometheus_client import CollectorRegistry
 from infersight.collectors.engine.collector import EngineCollector
 from infersight.collectors.engine.targets import Target
 from infersight.collectors.exporter import serve
+from infersight.collectors.gateway.collector import GatewayCollector, GatewayTarget
 from infersight.collectors.gpu.app import GPUExporter
+from infersight.collectors.gpu.dcgm_collector import DcgmCollector, DcgmSource
 from infersight.collectors.gpu.sim import SimBackend
 from infersight.instrumentation import GatewayHealth, RequestTracer
 from infersight.instrumentation.tracing_setup import DropCountingSpanProcessor
@@ -56,6 +59,7 @@ class LiveFleet:
         self.gpus = self._gpus()
         self.engines = EngineServer()
         self.engine_port = self._engine_collector()
+        self.sources_port = self._sources()
         self.registry = CollectorRegistry()
         self.health = GatewayHealth(self.registry)
         self.tracer = self._tracer()
@@ -75,7 +79,21 @@ class LiveFleet:
 
     @property
     def targets(self) -> list[str]:
-        return [f"127.0.0.1:{port}" for port in (self.gpu_port, self.engine_port, self.app_port)]
+        return [f"127.0.0.1:{port}" for port in (self.gpu_port, self.engine_port, self.app_port, self.sources_port)]
+
+    def _sources(self) -> int:
+        """dcgm-exporter and llm-d's EPP as sources (their captured text): the GPU and gateway sources' series."""
+        dcgm = (FIXTURES / "metrics" / "dcgm_exporter_metrics_rendered.txt").read_text()
+        epp = (FIXTURES / "gateways" / "llm_d_epp_dual_emission_rendered.txt").read_text()
+        self.dcgm = DcgmCollector([DcgmSource(self.engines.add("/dcgm", dcgm))], timeout=1.0, log_changes=False)
+        self.gateways = GatewayCollector([GatewayTarget(self.engines.add("/epp", epp))], timeout=1.0,
+                                         log_changes=False)
+        registry = CollectorRegistry()
+        registry.register(self.dcgm)
+        registry.register(self.gateways)
+        server, _ = serve(registry, "127.0.0.1:0")
+        self.servers.append(server)
+        return server.server_port
 
     def _gpus(self) -> GPUExporter:
         backend = SimBackend(count=2, node=NODE)
@@ -88,12 +106,22 @@ class LiveFleet:
 
     def _engine_collector(self) -> int:
         sglang = (FIXTURES / "metrics" / "sglang_metrics_sample.txt").read_text()
+        sglang_prefill = (FIXTURES / "metrics" / "sglang_pd_current_source.txt").read_text()
+        # the decode side of the same model as the prefill fixture
+        vllm_decode = (FIXTURES / "metrics" / "vllm_0_32_pd_sleep_source.txt").read_text().replace(
+            'model_name="qwen3-32b"', 'model_name="deepseek-v3"')
         # The engines' instance names are the ones the gateway routes to (i-stable, i-canary), as in
         # production where both are the endpoint host:port: the instance drill-down joins them.
         targets = [Target(url=self.engines.add("/vllm", GrowingVLLM()), engine="vllm", pool="stable", node=NODE,
                           gpu="0", instance="i-stable"),
                    Target(url=self.engines.add("/sglang", sglang), engine="sglang", pool="canary", node=NODE,
                           gpu="1", instance="i-canary"),
+                   # A prefill/decode pair of one model (SGLang says engine_type=prefill; the vLLM decode
+                   # instance's role comes from its target config, as in production).
+                   Target(url=self.engines.add("/sglang-prefill", sglang_prefill), engine="sglang", pool="stable",
+                          node=NODE, instance="i-prefill"),
+                   Target(url=self.engines.add("/vllm-decode", vllm_decode), engine="vllm", pool="stable",
+                          node=NODE, instance="i-decode", role="decode"),
                    Target(url="http://127.0.0.1:1/metrics", engine="vllm", instance="refused:1")]
         self.collector = EngineCollector(targets, timeout=1.0, log_changes=False)
         registry = CollectorRegistry()
@@ -169,6 +197,8 @@ class LiveFleet:
         self.traffic.join(timeout=5)
         self.gpus.stop()
         self.collector.close()
+        self.dcgm.close()
+        self.gateways.close()
         for server in self.servers:
             server.shutdown()
         self.engines.stop()

@@ -25,7 +25,7 @@ def test_build_writes_dashboards_and_provisioning(tmp_path, capsys):
     written = sorted(p.relative_to(tmp_path / "grafana").as_posix() for p in (tmp_path / "grafana").rglob("*")
                      if p.is_file())
     assert sorted(r["path"].split("grafana/", 1)[1] for r in listed) == written
-    assert [r["kind"] for r in listed].count("dashboard") == 9
+    assert [r["kind"] for r in listed].count("dashboard") == 10
     for row in listed:
         if row["kind"] == "dashboard":
             board = json.loads(open(row["path"]).read())

@@ -44,7 +44,8 @@ def boards():
 def test_dashboards_with_unique_uids_and_titles(boards):
     assert [b["uid"] for b in boards] == ["infersight-fleet", "infersight-engines", "infersight-gpus",
                                           "infersight-pipeline", "infersight-traces", "infersight-instance",
-                                          "infersight-capacity", "infersight-breaker", "infersight-canary"]
+                                          "infersight-capacity", "infersight-breaker", "infersight-canary",
+                                          "infersight-pd"]
     assert len({b["title"] for b in boards}) == len(boards)
     for board in boards:
         json.loads(json.dumps(board, allow_nan=False))  # plain JSON, no NaN Grafana would refuse
