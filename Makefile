@@ -32,12 +32,12 @@ $(VLLM_VENV)/.installed:
 vllm-venv: $(VLLM_VENV)/.installed
 
 # promtool, prometheus, amtool and alertmanager come from Debian (tests run the real ones);
-# openssl makes the certificate for the receivers' TLS test.
+# openssl makes the certificate for the receivers' TLS test; chromium renders the incident report.
 debian-tools:
-	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null || ! command -v openssl >/dev/null; then \
-		echo "installing prometheus, prometheus-alertmanager and openssl from Debian"; \
+	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null || ! command -v openssl >/dev/null || ! command -v chromium >/dev/null; then \
+		echo "installing prometheus, prometheus-alertmanager, openssl and chromium from Debian"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			prometheus prometheus-alertmanager openssl >/dev/null; \
+			prometheus prometheus-alertmanager openssl chromium fonts-dejavu-core >/dev/null; \
 	fi
 
 # Grafana's published schema (@grafana/schema) and TypeScript, pinned by the lock file, for the dashboards'

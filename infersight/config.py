@@ -314,6 +314,21 @@ class Alertmanager(Section):
     runbook_base_url: str = "https://github.com/infersight/infersight/blob/main/alerts/runbooks"
 
 
+class Grafana(Section):
+    url: str | None = Field(None, description="Grafana's base URL, e.g. https://grafana.example.com; the incident "
+                                              "report then links trace ids to Grafana's trace view")
+    clickhouse_datasource_uid: str | None = Field(None, min_length=1,
+                                                  description="uid of the ClickHouse datasource the links open; "
+                                                              "default: the one `dashboards build` provisions")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("expected a URL starting with http:// or https://, e.g. http://127.0.0.1:3000")
+        return value.rstrip("/") if value else value
+
+
 class Config(Section):
     cluster: str = "local"
     slo: SLO = SLO()
@@ -328,6 +343,7 @@ class Config(Section):
     pipeline: Pipeline = Pipeline()
     tracing: Tracing = Tracing()
     alertmanager: Alertmanager = Alertmanager()
+    grafana: Grafana = Grafana()
 
 
 def _describe(error: dict[str, Any]) -> str:

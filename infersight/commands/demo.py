@@ -53,7 +53,7 @@ def run_demo(args, config: Config) -> int:
     from infersight.instrumentation import RequestTracer, TailSampler, setup_tracing
     from infersight.pipelines.clickhouse_server import ClickHouseServer, ClickHouseServerError
     from infersight.pipelines.queries import library
-    from infersight.pipelines.queries.report import write_report
+    from infersight.pipelines.queries.report import Settings, write_report
     from infersight.pipelines.queries.window import Window
     from infersight.pipelines.receiver.service import Receiver, ReceiverThread, SetupError
     from infersight.pipelines.schema import migrations
@@ -120,7 +120,8 @@ def run_demo(args, config: Config) -> int:
         pools = library.compare_pools(client, "default", started, ended)
         time.sleep(0.6)  # one more GPU sample under load
         gpu_rows = gpus.rows()
-        report = write_report(client, "default", window, out / "report", min_gap_ms=STALL_MS, prometheus_url=None)
+        report = write_report(client, "default", window, out / "report", min_gap_ms=STALL_MS, prometheus_url=None,
+                              settings=Settings.from_config(config))
         stored = client.query("SELECT count() FROM otel_traces").result_rows[0][0]
         tokens = client.query("SELECT count() FROM llm_token_events").result_rows[0][0]
         reasons = dict(client.query("SELECT SpanAttributes[{key:String}] AS reason, count() FROM otel_traces "
@@ -149,8 +150,7 @@ def run_demo(args, config: Config) -> int:
         print("\nSimulated GPUs (infersight collect gpu --backend sim --once):")
         print(render(gpu_rows, "table", ["gpu", "gpu_model", "bandwidth_utilization", "bandwidth_source",
                                          "utilization", "power_watts", "temperature_celsius"]))
-        html = next((p for p in report if p.suffix == ".html"), report[0] if report else None)
-        print(f"\nIncident report: {html}")
+        print(f"\nIncident report: {report.headline.sentence}\n  {report.html}")
         return 0
     finally:
         if tracing is not None:

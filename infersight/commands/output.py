@@ -13,8 +13,8 @@ from typing import Any
 FORMATS = ("table", "json", "csv")
 
 
-def add_format_flag(parser, default: str = "table") -> None:
-    parser.add_argument("--format", choices=FORMATS, default=default,
+def add_format_flag(parser, default: str = "table", choices: tuple[str, ...] = FORMATS) -> None:
+    parser.add_argument("--format", choices=choices, default=default,
                         help=f"output format (default: {default}); json and csv are for scripts")
 
 

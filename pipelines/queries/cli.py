@@ -102,6 +102,9 @@ def register(subparsers) -> None:
                         help="token timelines to plot, 1-20 (default: 5)")
     report.add_argument("--service", help="request spans of this service only (default: all, one per trace)")
     report.add_argument("--prometheus", help="Prometheus URL (default: prometheus.url; 'none' to skip)")
+    report.add_argument("--grafana", metavar="URL",
+                        help="Grafana base URL: trace ids link to its trace view (default: grafana.url)")
+    add_format_flag(report, choices=("table", "json"))
     report.set_defaults(func=_guarded(run_report))
 
 
@@ -322,9 +325,13 @@ def run_compare(args, config) -> int:
 
 
 def run_report(args, config) -> int:
+    import json
+
     from infersight.pipelines.queries import report
 
     window = _window(args)
+    if args.grafana and not args.grafana.startswith(("http://", "https://")):
+        raise UserError(f"--grafana {args.grafana!r} is not a URL; e.g. http://127.0.0.1:3000")
     folder = output_folder(args.out)
     client, db = _store(args, config)
     if args.service:
@@ -332,11 +339,25 @@ def run_report(args, config) -> int:
     prometheus = args.prometheus if args.prometheus is not None else config.prometheus.url
     if prometheus and prometheus.lower() == "none":
         prometheus = None
+    settings = report.Settings.from_config(config, grafana_url=args.grafana)
     try:
         written = report.write_report(client, db, window, folder, min_gap_ms=args.min_gap_ms, worst=args.worst,
-                                      service=args.service or "", prometheus_url=prometheus)
+                                      service=args.service or "", prometheus_url=prometheus, settings=settings)
     except OSError as exc:
         raise UserError(f"cannot write the report into {folder}: {exc.strerror or exc}") from None
-    for path in written:
-        print(path)
+    head = written.headline
+    if args.format == "json":
+        print(json.dumps({"headline": head.sentence, "facts": dict(head.facts), "also": head.also,
+                          "skipped": written.skipped, "files": [str(p) for p in written.files]}, indent=2))
+        return 0
+    print(head.sentence)
+    width = max(len(name) for name, _ in head.facts)
+    for name, value in head.facts:
+        print(f"  {name.ljust(width)}  {value}")
+    for line in head.also:
+        print(f"  also: {line}")
+    for line in written.skipped:
+        print(f"  not in the report: {line}")
+    charts = len(written.files) - 2
+    print(f"report: {written.html} (and {written.files[0].name}, {charts} chart{'s' if charts != 1 else ''})")
     return 0

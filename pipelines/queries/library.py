@@ -292,3 +292,80 @@ def dimension_values(client, db: str, start: dt.datetime, end: dt.datetime, dime
 SELECT DISTINCT {column} AS value FROM {{db:Identifier}}.llm_requests_1m
 WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}} AND {column} != ''
 ORDER BY value""", {"db": db, "start": start, "end": end})]
+
+
+def attempt_failures(client, db: str, start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
+    """Upstream attempts per instance: how many failed, with what ``error.type``, how fast, and when.
+
+    A request retried to success ends ``success``, so a pool whose every first attempt fails can
+    show a 0% request error rate; counting attempts shows where they failed.
+    """
+    return _rows(client, """
+SELECT Instance AS instance, count() AS attempts, countIf(failed) AS failed_attempts,
+       arraySort(groupUniqArrayIf(error_type, failed AND error_type != '')) AS errors,
+       if(countIf(failed) = 0, NULL, round(quantileIf(0.5)(Duration / 1e6, failed), 1)) AS failed_median_ms,
+       if(countIf(failed) = 0, NULL, minIf(Timestamp, failed)) AS first_failure,
+       if(countIf(failed) = 0, NULL, maxIf(Timestamp, failed)) AS last_failure,
+       uniqExactIf(TraceId, failed) AS requests_hit
+FROM (
+    SELECT Instance, TraceId, Timestamp, Duration, StatusCode = 'Error' AS failed,
+           SpanAttributes[{k_error:String}] AS error_type
+    FROM {db:Identifier}.otel_traces
+    WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND SpanName = {upstream:String})
+GROUP BY instance
+ORDER BY failed_attempts DESC, instance""",
+                 {"db": db, "start": start, "end": end, "k_error": attr.ERROR_TYPE, "upstream": attr.SPAN_UPSTREAM})
+
+
+def instance_pools(client, db: str, start: dt.datetime, end: dt.datetime) -> dict[str, str]:
+    """{instance: pool} of the instances that served requests in the window (from the rollup)."""
+    rows = _rows(client, """
+SELECT Instance AS instance, any(Pool) AS pool FROM {db:Identifier}.llm_requests_1m
+WHERE Minute >= toStartOfMinute({start:DateTime}) AND Minute < {end:DateTime64(9)} AND Instance != ''
+GROUP BY instance""", {"db": db, "start": start, "end": end})
+    return {r["instance"]: r["pool"] for r in rows}
+
+
+def slo_impact(client, db: str, start: dt.datetime, end: dt.datetime, ttft_slo_ms: float,
+               service: str = "") -> dict[str, Any]:
+    """Requests in the window as their client saw them, against the TTFT SLO.
+
+    One row per trace: its outermost request span (the earliest; the gateway's when there is one),
+    or the given service's. ``over_slo`` counts requests whose first token came later than the SLO
+    or never came (failed, timed out); cancelled and rejected requests are counted apart. ``service``
+    is the service most requests entered through (the gateway's, in a traced gateway).
+    """
+    rows = _rows(client, """
+SELECT count() AS requests, countIf(Outcome IN ('error', 'timeout')) AS failed,
+       countIf(Outcome = 'rejected') AS rejected, countIf(Outcome = 'cancelled') AS cancelled,
+       countIf(Outcome = 'success' AND ifNull(TtftMs, 0) > {slo:Float64}) AS slow,
+       countIf(Outcome IN ('error', 'timeout') OR (Outcome = 'success' AND ifNull(TtftMs, 0) > {slo:Float64}))
+           AS over_slo,
+       round(quantile(0.95)(TtftMs), 1) AS ttft_p95_ms, topKIf(1)(ServiceName, ServiceName != '') AS top_service
+FROM (
+    SELECT TraceId, Outcome, TtftMs, ServiceName FROM {db:Identifier}.otel_traces
+    WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND IsRequest
+      AND ({service:String} = '' OR ServiceName = {service:String})
+    ORDER BY Timestamp
+    LIMIT 1 BY TraceId)""", {"db": db, "start": start, "end": end, "slo": ttft_slo_ms, "service": service or ""})
+    impact = rows[0]
+    # the service most requests entered through: whose view of latency the report's charts show
+    impact["service"] = (impact.pop("top_service") or [service or ""])[0]
+    return impact
+
+
+def window_percentiles(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "instance",
+                       service: str = "") -> list[dict[str, Any]]:
+    """TTFT p50/p95/p99 per service and instance (or pool...) over the whole window, from the rollup."""
+    key = GROUP_COLUMNS[by]
+    return _rows(client, f"""
+SELECT service, {by}, requests, errors, round(q[1], 1) AS ttft_p50_ms, round(q[2], 1) AS ttft_p95_ms,
+       round(q[3], 1) AS ttft_p99_ms
+FROM (
+    SELECT ServiceName AS service, {key} AS {by}, sum(Requests) AS requests, sum(Errors) + sum(Timeouts) AS errors,
+           quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS q
+    FROM {{db:Identifier}}.llm_requests_1m
+    WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
+      AND ({{service:String}} = '' OR ServiceName = {{service:String}})
+    GROUP BY service, {by})
+ORDER BY ttft_p95_ms DESC, service, {by}""", {"db": db, "start": start, "end": end, "service": service or ""})

@@ -1,7 +1,9 @@
-"""PNG plots for the incident report (matplotlib, no display needed).
+"""PNG charts for the incident report (matplotlib, no display needed).
 
-Every plot shares one convention: wall-clock time (UTC) on the x axis and the stall instants as red
-vertical lines, so plots can be read against each other.
+One chart answers one question, and every chart follows the same rules: its title is the question
+in plain words, axes carry units, clock times are UTC and say so, the SLO or threshold the reader
+judges against is drawn and labelled, stalls are the same red everywhere, and legends sit outside
+the data so they never cover it.
 """
 
 from __future__ import annotations
@@ -16,89 +18,161 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.dates as mdates  # noqa: E402 - after choosing the backend
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, PercentFormatter  # noqa: E402
+from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 PHASE_COLORS = {"queued": "#b0b0b0", "prefill": "#f28e2b", "decode": "#4e79a7"}
 STALL_COLOR = "#d62728"
+OK_COLOR = "#59a14f"
+LIMIT_COLOR = "#333333"
+# tab10 without its red: red means a stall or a failure in every chart
+LINE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+matplotlib.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=LINE_COLORS)
+WIDTH_IN = 10.0
+DPI = 110
+MAX_LINES = 8  # more lines than this stop being readable; the worst ones are drawn
 
 
-def _time_axis(ax) -> None:
-    low, high = ax.get_xlim()
-    if (high - low) * 86400 < 20:  # a few seconds: whole-second labels would repeat
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: mdates.num2date(x).strftime("%H:%M:%S.%f")[:-3]))
+def _clock_formatter(span_seconds: float) -> FuncFormatter:
+    """Tick labels as precise as the window needs: minutes, seconds or milliseconds."""
+    if span_seconds > 3 * 3600:
+        fmt, cut = "%H:%M", 0
+    elif span_seconds > 30:
+        fmt, cut = "%H:%M:%S", 0
     else:
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
+        fmt, cut = "%H:%M:%S.%f", 3
+    return FuncFormatter(lambda x, _: mdates.num2date(x).strftime(fmt)[:-cut or None])
 
 
-def _finish(fig, ax, path: Path, title: str) -> Path:
-    ax.set_title(title, fontsize=11, loc="left")
-    _time_axis(ax)
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+def _time_axis(ax, window: tuple[dt.datetime, dt.datetime]) -> None:
+    start, end = window
+    if end <= start:
+        end = start + dt.timedelta(seconds=1)
+    ax.set_xlim(start, end)
+    ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=4, maxticks=8))
+    ax.xaxis.set_major_formatter(_clock_formatter((end - start).total_seconds()))
+    ax.set_xlabel("time (UTC)")
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
-def _mark_stalls(ax, stalls: Sequence[dt.datetime]) -> None:
-    for index, at in enumerate(stalls):
-        ax.axvline(at, color=STALL_COLOR, linestyle="--", linewidth=1, label="stall" if index == 0 else None)
+def _mark_stalls(ax, stalls: Sequence[tuple[dt.datetime, float]]) -> None:
+    """Each stall as a red band from its start over its gap (a line when the band is too thin to see)."""
+    for index, (at, gap_ms) in enumerate(stalls):
+        label = "token stall" if index == 0 else None
+        # behind the data (zorder 0): the band must not tint the bars and lines it marks
+        ax.axvspan(at, at + dt.timedelta(milliseconds=gap_ms), color=STALL_COLOR, alpha=0.15, label=label, zorder=0)
+        ax.axvline(at, color=STALL_COLOR, linewidth=1, linestyle="--", zorder=0)
 
 
-def ttft_per_instance(rows: list[dict[str, Any]], stalls: Sequence[dt.datetime], path: Path,
-                      slo_ms: float | None = None) -> Path:
-    """TTFT p95 per minute, one line per instance (and service when there are several)."""
-    services = {r["service"] for r in rows}
+def _legend_outside(ax) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=False))
+    if unique:
+        ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  borderaxespad=0, frameon=False)
+
+
+def ttft_by_instance(rows: list[dict[str, Any]], slo_p95_ms: float, path: Path) -> Path:
+    """Was TTFT within its target? p95 per instance over the window as bars, p99 as a tick, the target as a line."""
+    rows = sorted(rows, key=lambda r: (r["ttft_p95_ms"] or 0))[-12:]
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.45 * len(rows) + 1.6))
+    several = len({r["service"] for r in rows}) > 1
+    labels = [f"{r['instance'] or '(no instance)'}" + (f" · {r['service']}" if several else "")
+              + f"  ({r['requests']:,} req)" for r in rows]
+    p95 = [r["ttft_p95_ms"] or 0 for r in rows]
+    colors = [STALL_COLOR if v > slo_p95_ms else "#4e79a7" for v in p95]
+    ax.barh(range(len(rows)), p95, color=colors, height=0.6, label="p95")
+    ax.scatter([r["ttft_p99_ms"] or 0 for r in rows], range(len(rows)), marker="|", s=260, color="black",
+               label="p99", zorder=3)
+    for y, (value, row) in enumerate(zip(p95, rows, strict=True)):
+        # after the p99 tick when it is further right, so the two never overlap
+        ax.annotate(f"p95 {value:,.0f} ms", (max(value, row["ttft_p99_ms"] or 0), y), xytext=(8, 0),
+                    textcoords="offset points", va="center", fontsize=8)
+    ax.axvline(slo_p95_ms, color=LIMIT_COLOR, linestyle=":", linewidth=1.2, label=f"p95 target {slo_p95_ms:,.0f} ms")
+    ax.set_yticks(range(len(rows)), labels, fontsize=9)
+    ax.set_xlabel("time to first token (ms)")
+    ax.set_xlim(0, max([*p95, *(r["ttft_p99_ms"] or 0 for r in rows), slo_p95_ms]) * 1.15)
+    ax.grid(alpha=0.3, axis="x")
+    ax.set_title("Was TTFT within target? p95 per instance over the window (red: over target)", loc="left",
+                 fontsize=11)
+    _legend_outside(ax)
+    return _save(fig, path)
+
+
+def ttft_per_minute(rows: list[dict[str, Any]], slo_p95_ms: float, stalls: Sequence[tuple[dt.datetime, float]],
+                    window: tuple[dt.datetime, dt.datetime], path: Path) -> Path:
+    """When did TTFT leave its target? p95 per minute, one line per instance (the worst few), the target line."""
     series: dict[str, list[tuple[dt.datetime, float]]] = {}
+    several = len({r["service"] for r in rows}) > 1
     for row in rows:
-        label = row["instance"] or "(none)"
-        if len(services) > 1:
-            label += f" ({row['service']})"
-        series.setdefault(label, []).append((row["minute"], row["ttft_p95_ms"]))
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for label, points in sorted(series.items()):
-        points.sort()
-        # steps: each value holds for its whole minute
-        ax.plot([p[0] for p in points], [p[1] for p in points], drawstyle="steps-post", label=label)
-    if slo_ms:
-        ax.axhline(slo_ms, color="black", linewidth=0.8, linestyle=":", label=f"SLO {slo_ms:.0f} ms")
+        if row["ttft_p95_ms"] is not None:
+            label = (row["instance"] or "(no instance)") + (f" · {row['service']}" if several else "")
+            series.setdefault(label, []).append((row["minute"], row["ttft_p95_ms"]))
+    worst = sorted(series, key=lambda k: max(v for _, v in series[k]), reverse=True)[:MAX_LINES]
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 4))
+    for label in sorted(worst):
+        points = sorted(series[label])
+        # a minute's value holds for the whole minute: draw it as a step that ends at the minute's end
+        xs = [p[0] for p in points] + [points[-1][0] + dt.timedelta(minutes=1)]
+        ys = [p[1] for p in points] + [points[-1][1]]
+        ax.step(xs, ys, where="post", label=label, linewidth=1.5)
+        ax.plot([p[0] + dt.timedelta(seconds=30) for p in points], [p[1] for p in points], "o", markersize=3,
+                color=ax.lines[-1].get_color())
+    ax.axhline(slo_p95_ms, color=LIMIT_COLOR, linestyle=":", linewidth=1.2, label=f"p95 target {slo_p95_ms:,.0f} ms")
     _mark_stalls(ax, stalls)
+    _time_axis(ax, window)
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("TTFT p95 (ms)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
-    return _finish(fig, ax, path, "TTFT p95 per instance, per minute")
+    hidden = len(series) - len(worst)
+    more = f" ({hidden} more instances under these)" if hidden > 0 else ""
+    ax.set_title(f"When did TTFT leave its target? p95 per minute and instance{more}", loc="left", fontsize=11)
+    _legend_outside(ax)
+    return _save(fig, path)
 
 
 def token_timelines(timelines: list[tuple[dict[str, Any], list[dict[str, Any]]]], path: Path) -> Path:
-    """Tokens received over time for the worst requests; each request's longest gap shaded red."""
-    fig, axes = plt.subplots(len(timelines), 1, figsize=(10, 1.7 * len(timelines) + 0.6), sharex=True,
-                             squeeze=False)
+    """Where did the stream stop? Tokens received over time per request, its longest gap shaded and labelled."""
+    fig, axes = plt.subplots(len(timelines), 1, figsize=(WIDTH_IN, 1.9 * len(timelines) + 0.8), squeeze=False)
     for ax, (request, tokens) in zip(axes[:, 0], timelines, strict=True):
         times = [t["at"] for t in tokens]
-        ax.step(times, [t["token_index"] for t in tokens], where="post", color="#4e79a7")
+        ax.step(times, [t["token_index"] + 1 for t in tokens], where="post", color="#4e79a7", linewidth=1.5)
         worst = max(tokens[1:], key=lambda t: t["gap_ms"], default=None)
         if worst is not None and worst["gap_ms"] > 0:
             gap_start = worst["at"] - dt.timedelta(milliseconds=worst["gap_ms"])
-            ax.axvspan(gap_start, worst["at"], color=STALL_COLOR, alpha=0.25)
-            ax.annotate(f"{worst['gap_ms']:.0f} ms gap", xy=(gap_start, worst["token_index"]), fontsize=8,
-                        color=STALL_COLOR, xytext=(4, 4), textcoords="offset points")
-        ax.set_ylabel("tokens", fontsize=8)
-        ax.text(0.005, 0.9, f"{request['trace_id'][:12]}  {request['instance']}  TTFT {request['ttft_ms']} ms",
-                transform=ax.transAxes, fontsize=8, va="top")
+            ax.axvspan(gap_start, worst["at"], color=STALL_COLOR, alpha=0.18)
+            middle = gap_start + (worst["at"] - gap_start) / 2
+            # label inside the band, at the top: the line runs along the band's lower half
+            ax.text(middle, 0.92, f"{worst['gap_ms']:,.0f} ms without a token", color=STALL_COLOR, fontsize=9,
+                    ha="center", va="top", transform=blended_transform_factory(ax.transData, ax.transAxes),
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
+        ax.set_ylim(0, len(tokens) * 1.25 + 1)
+        span = (times[-1] - times[0]).total_seconds() if len(times) > 1 else 1.0
+        pad = dt.timedelta(seconds=max(span * 0.03, 0.01))
+        _time_axis(ax, (times[0] - pad, times[-1] + pad))
+        ax.set_ylabel("tokens")
+        ttft = request["ttft_ms"]
+        ax.set_title(f"trace {request['trace_id']} on {request['instance'] or '?'} · "
+                     f"TTFT {'-' if ttft is None else f'{ttft:,.0f} ms'} · {len(tokens)} tokens",
+                     loc="left", fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0, 0].set_title("Token timelines of the worst requests (red: longest gap)", fontsize=11, loc="left")
-    _time_axis(axes[-1, 0])
-    fig.autofmt_xdate()
+    fig.suptitle("Where did the stream stop? Tokens received over time (red: the longest gap)", x=0.01,
+                 ha="left", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
-def neighbors_gantt(instance: str, at: dt.datetime, rows: list[dict[str, Any]], path: Path) -> Path:
-    """The requests on ``instance`` around a stall: queue, prefill and decode as coloured bars."""
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.4))
-    labels = []
+def neighbors_gantt(instance: str, stall: tuple[dt.datetime, float], rows: list[dict[str, Any]],
+                    path: Path) -> Path:
+    """What else ran on the instance during the stall? Each request's queue, prefill and decode as bars."""
+    at, gap_ms = stall
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.42 * len(rows) + 1.8))
+    labels, ends = [], []
     for y, row in enumerate(rows):
         start = row["started"]
         queue = row["queue_ms"] or 0.0
@@ -108,48 +182,69 @@ def neighbors_gantt(instance: str, at: dt.datetime, rows: list[dict[str, Any]], 
         for phase, offset, length in segments:
             if length > 0:
                 ax.barh(y, dt.timedelta(milliseconds=length), left=start + dt.timedelta(milliseconds=offset),
-                        color=PHASE_COLORS[phase], label=phase)
-        cached = f", {row['cached_tokens']} cached" if row["cached_tokens"] else ", no cached prefix"
-        labels.append(f"{row['trace_id'][:8]}  {row['prompt_tokens']} prompt tok{cached}")
+                        color=PHASE_COLORS[phase], label=phase, height=0.6, zorder=2)
+        ends.append(start + dt.timedelta(milliseconds=row["e2e_ms"]))
+        cached = f"{row['cached_tokens']:,} cached" if row["cached_tokens"] else "no cached prefix"
+        labels.append(f"{row['trace_id'][:8]}  {row['prompt_tokens']:,} prompt tokens, {cached}")
     ax.set_yticks(range(len(rows)), labels, fontsize=8)
     ax.invert_yaxis()
-    _mark_stalls(ax, [at])
-    handles, names = ax.get_legend_handles_labels()
-    unique = dict(zip(names, handles, strict=False))
-    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="lower right")
+    _mark_stalls(ax, [stall])
+    first = min([r["started"] for r in rows] + [at])
+    last = max([*ends, at + dt.timedelta(milliseconds=gap_ms)])
+    pad = (last - first) * 0.03
+    _time_axis(ax, (first - pad, last + pad))
     ax.grid(alpha=0.3, axis="x")
-    return _finish(fig, ax, path, f"On {instance} at the stall {at:%H:%M:%S.%f}"[:-3] + " UTC")
+    ax.set_title(f"What else ran on {instance} during the stall at {at:%H:%M:%S.%f}"[:-3] + " UTC?", loc="left",
+                 fontsize=11)
+    _legend_outside(ax)
+    return _save(fig, path)
 
 
-def retry_chains(rows: list[dict[str, Any]], path: Path, limit: int = 20) -> Path:
-    """Each retried request as a row of attempts: green succeeded, red failed, labelled by instance."""
-    chains: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        if row["trace_id"] in chains or len(chains) < limit:
-            chains.setdefault(row["trace_id"], []).append(row)
-    fig, ax = plt.subplots(figsize=(10, 0.5 * len(chains) + 1.4))
-    for y, attempts in enumerate(chains.values()):
-        for attempt in attempts:
-            ok = attempt["status"] != "error"
-            ax.barh(y, dt.timedelta(milliseconds=attempt["duration_ms"]), left=attempt["started"],
-                    color="#59a14f" if ok else STALL_COLOR, alpha=0.8)
-            ax.annotate(f"#{attempt['attempt']} {attempt['instance']}", xy=(attempt["started"], y), fontsize=7,
-                        xytext=(2, -3), textcoords="offset points")
-    ax.set_yticks(range(len(chains)), [t[:12] for t in chains], fontsize=8)
-    ax.invert_yaxis()
+def attempts_by_instance(rows: list[dict[str, Any]], pools: dict[str, str], path: Path) -> Path:
+    """Where did attempts fail? Upstream attempts per instance, failed in red, with their error types."""
+    rows = sorted(rows, key=lambda r: (r["failed_attempts"], r["attempts"]))[-12:]
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.45 * len(rows) + 1.6))
+    ok = [r["attempts"] - r["failed_attempts"] for r in rows]
+    failed = [r["failed_attempts"] for r in rows]
+    ax.barh(range(len(rows)), failed, color=STALL_COLOR, height=0.6, label="failed")
+    ax.barh(range(len(rows)), ok, left=failed, color=OK_COLOR, height=0.6, label="succeeded")
+    for y, row in enumerate(rows):
+        if row["failed_attempts"]:
+            errors = ", ".join(row["errors"]) or "no error.type"
+            note = (f"{row['failed_attempts']} of {row['attempts']} failed ({errors}), "
+                    f"median {row['failed_median_ms']:,.0f} ms")
+            ax.annotate(note, (row["attempts"], y), xytext=(4, 0), textcoords="offset points", va="center",
+                        fontsize=8)
+    labels = [f"{r['instance'] or '(none)'}" + (f"  ({pools[r['instance']]})" if pools.get(r["instance"]) else "")
+              for r in rows]
+    ax.set_yticks(range(len(rows)), labels, fontsize=9)
+    ax.set_xlim(0, max(r["attempts"] for r in rows) * 1.8)
+    ax.set_xlabel("upstream attempts in the window")
     ax.grid(alpha=0.3, axis="x")
-    return _finish(fig, ax, path, "Retry chains: attempts per request (red failed, green succeeded)")
+    ax.set_title("Where did attempts fail? Upstream attempts per instance (pool)", loc="left", fontsize=11)
+    _legend_outside(ax)
+    return _save(fig, path)
 
 
 def prometheus_series(title: str, ylabel: str, series: list[tuple[str, list[tuple[dt.datetime, float]]]],
-                      stalls: Sequence[dt.datetime], path: Path, window: tuple[dt.datetime, dt.datetime]) -> Path:
-    fig, ax = plt.subplots(figsize=(10, 3.5))
-    for label, points in series:
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.2, marker=".",
+                      stalls: Sequence[tuple[dt.datetime, float]], path: Path,
+                      window: tuple[dt.datetime, dt.datetime], limit: tuple[float, str] | None = None,
+                      ratio: bool = False) -> Path:
+    """One Prometheus query over the window: a line per series, the limit it is judged against, the stalls."""
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.6))
+    for label, points in series[:MAX_LINES]:
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.4, marker=".",
                 markersize=3)
-    ax.set_xlim(*window)  # the whole incident window, even where Prometheus has no samples
+    if limit is not None:
+        ax.axhline(limit[0], color=LIMIT_COLOR, linestyle=":", linewidth=1.2, label=limit[1])
     _mark_stalls(ax, stalls)
+    _time_axis(ax, window)
+    ax.set_ylim(bottom=0, top=1.05 if ratio else None)
+    if ratio:
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    return _finish(fig, ax, path, title)
+    hidden = len(series) - MAX_LINES
+    ax.set_title(title + (f" ({hidden} more series not drawn)" if hidden > 0 else ""), loc="left", fontsize=11)
+    _legend_outside(ax)
+    return _save(fig, path)
