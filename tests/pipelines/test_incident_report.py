@@ -129,7 +129,7 @@ def test_a_stall_without_its_timeline_is_named(clickhouse_server, clickhouse_sch
                     attr.TOKEN_GAP_MAX_MS: 1800.0, attr.TOKEN_STALL_OFFSET_MS: 300.0,
                     attr.GEN_AI_USAGE_OUTPUT_TOKENS: 40})])
     out = tmp_path / "unkept"
-    code = main(["incident", "report", "--dsn", f"{clickhouse_server.url}/{clickhouse_schema}", "--since", "30m",
+    code = main(["incident", "report", "--dsn", clickhouse_server.dsn(clickhouse_schema, "reader"), "--since", "30m",
                  "--out", str(out), "--prometheus", "none"])
     printed = capsys.readouterr().out
     assert code == 0 and printed.startswith("Decoding stalled on 10.0.0.9:8000 at ")
