@@ -476,7 +476,9 @@ class RequestContext:
         produced = output_tokens if output_tokens is not None else (count or None)
         tpot_s = None
         if count >= 2:
-            tpot_s = (times[-1] - times[0]) / 1e9 / (count - 1)
+            # Usage that counts more tokens than were timed (several per streamed chunk) divides the
+            # same first-to-last span by the true number of gaps.
+            tpot_s = (times[-1] - times[0]) / 1e9 / (max(count, produced or 0) - 1)
         elif produced and produced >= 2 and ttft_s is not None:
             tpot_s = (e2e_s - ttft_s) / (produced - 1)
 

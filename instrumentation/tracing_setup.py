@@ -65,24 +65,70 @@ def _setting(value: Any, env_names: Sequence[str], default: Any, convert=int, na
     return default
 
 
-class CountingExporter(SpanExporter):
-    """Wraps an exporter and counts the spans of every failed export as dropped."""
+# The OTLP exporters' own loggers: they log every retry and every failed batch. While an export is
+# failing we let their first messages through and hold the rest, until an export succeeds again.
+_EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.grpc.exporter",
+                     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                     "opentelemetry.exporter.otlp.proto.http._common")
 
-    def __init__(self, inner: SpanExporter, on_failed) -> None:
+
+class _QuietWhileFailing(logging.Filter):
+    """Holds the exporters' log records while any of our exporters is in a failing spell."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.failing
+
+
+_QUIET = _QuietWhileFailing()
+for _name in _EXPORTER_LOGGERS:
+    logging.getLogger(_name).addFilter(_QUIET)
+
+
+class CountingExporter(SpanExporter):
+    """Wraps an exporter and counts the spans of every failed export as dropped.
+
+    A failing collector is logged once when exports start failing (with the exporter's own first
+    messages) and once when they recover, not once per batch: the count is in
+    ``infersight_tracing_spans_dropped_total{reason="export_failed"}``.
+    """
+
+    def __init__(self, inner: SpanExporter, on_failed, target: str = "the collector") -> None:
         self.inner = inner
         self._on_failed = on_failed
+        self.target = target
+        self.failing = False
+        self.lost_in_spell = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             result = self.inner.export(spans)
         except Exception:  # noqa: BLE001 - an exporter bug must not kill the export thread
-            log.exception("span exporter raised; %d spans lost", len(spans))
+            if not self.failing:
+                log.exception("span exporter raised; %d spans lost", len(spans))
             result = SpanExportResult.FAILURE
         if result is not SpanExportResult.SUCCESS:
             self._on_failed(len(spans))
+            self.lost_in_spell += len(spans)
+            if not self.failing:
+                self.failing = True
+                _QUIET.failing.add(id(self))
+                log.warning("infersight: span export to %s failing; spans are dropped and counted in "
+                            "infersight_tracing_spans_dropped_total{reason=\"export_failed\"} (logged again "
+                            "when exports recover)", self.target)
+        elif self.failing:
+            self.failing = False
+            _QUIET.failing.discard(id(self))
+            log.warning("infersight: span export to %s recovered after %d spans were lost", self.target,
+                        self.lost_in_spell)
+            self.lost_in_spell = 0
         return result
 
     def shutdown(self) -> None:
+        _QUIET.failing.discard(id(self))
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -101,7 +147,7 @@ class DropCountingSpanProcessor(BatchSpanProcessor):
     """
 
     def __init__(self, exporter: SpanExporter, *, service: str, registry: CollectorRegistry, max_queue_size: int,
-                 schedule_delay_millis: float, max_export_batch_size: int) -> None:
+                 schedule_delay_millis: float, max_export_batch_size: int, target: str = "the collector") -> None:
         dropped = request.SPANS_DROPPED.register(registry)
         items = request.SPAN_ITEMS_DROPPED.register(registry)
         self.queue_full = dropped.labels(service, "queue_full")
@@ -110,7 +156,7 @@ class DropCountingSpanProcessor(BatchSpanProcessor):
         self._attributes_dropped = items.labels(service, "attribute")
         self._links_dropped = items.labels(service, "link")
         self.max_queue_size = max_queue_size
-        super().__init__(CountingExporter(exporter, self.export_failed.inc), max_queue_size=max_queue_size,
+        super().__init__(CountingExporter(exporter, self.export_failed.inc, target), max_queue_size=max_queue_size,
                          schedule_delay_millis=schedule_delay_millis, max_export_batch_size=max_export_batch_size)
 
     def _queue_length(self) -> int | None:
@@ -245,18 +291,42 @@ def setup_tracing(service_name: str | None = None, *, protocol: str | None = Non
         provider_args["sampler"] = ParentBased(TraceIdRatioBased(head_ratio))
     provider = TracerProvider(**provider_args)
     registry = registry if registry is not None else CollectorRegistry()
+    target = endpoint or _env_endpoint() or "the OTLP default endpoint"
     processor = DropCountingSpanProcessor(exporter, service=service, registry=registry, max_queue_size=queue_size,
-                                          schedule_delay_millis=delay_ms, max_export_batch_size=batch_size)
+                                          schedule_delay_millis=delay_ms, max_export_batch_size=batch_size,
+                                          target=target)
     provider.add_span_processor(processor)
     if set_global:
         trace.set_tracer_provider(provider)
     return TracingHandle(provider, processor, exporter, registry, chosen_protocol)
 
 
+def _env_endpoint() -> str | None:
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+def receiver_endpoint(listeners, protocol: str) -> str:
+    """Our own receiver's URL from the config's ``listeners`` (a wildcard bind is reached on loopback)."""
+    listen = listeners.otlp_grpc if protocol == "grpc" else listeners.otlp_http
+    host, _, port = listen.rpartition(":")
+    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+    return f"http://{host}:{port}"
+
+
 def setup_tracing_from_config(tracing_config, service_name: str, *, registry: CollectorRegistry | None = None,
-                              set_global: bool = False) -> TracingHandle:
-    """:func:`setup_tracing` from the ``tracing`` section of infersight.yaml."""
-    return setup_tracing(service_name, protocol=tracing_config.otlp_protocol, endpoint=tracing_config.otlp_endpoint,
+                              set_global: bool = False, listeners=None) -> TracingHandle:
+    """:func:`setup_tracing` from the ``tracing`` section of infersight.yaml.
+
+    Without ``tracing.otlp_endpoint`` (and no ``OTEL_EXPORTER_OTLP_*ENDPOINT`` variable), spans go to
+    our own receiver: ``listeners.otlp_grpc`` (or ``otlp_http`` for HTTP) when ``listeners`` is given.
+    """
+    endpoint = tracing_config.otlp_endpoint
+    if endpoint is None and listeners is not None and _env_endpoint() is None:
+        endpoint = receiver_endpoint(listeners, _protocol(tracing_config.otlp_protocol))
+    return setup_tracing(service_name, protocol=tracing_config.otlp_protocol, endpoint=endpoint,
                          head_ratio=tracing_config.head_ratio, max_queue_size=tracing_config.max_queue_size,
                          max_export_batch_size=tracing_config.max_export_batch_size,
                          schedule_delay_ms=tracing_config.schedule_delay_ms,

@@ -7,6 +7,7 @@ proxy's own registry; every other path is relayed unchanged to the upstream.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -20,6 +21,7 @@ from infersight.instrumentation.proxy.deadlines import Timeouts
 from infersight.instrumentation.proxy.exchange import INSTRUMENTED_PATHS, Exchange
 from infersight.instrumentation.tracer import RequestTracer
 
+log = logging.getLogger(__name__)
 # Prompts with images or long documents exceed aiohttp's 1 MiB default request size.
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_BUFFERED_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -49,6 +51,16 @@ class ProxyContext:
     # answer 504); this bounds the memory one of them may take.
     max_buffered_response_bytes: int = DEFAULT_MAX_BUFFERED_RESPONSE_BYTES
     session: aiohttp.ClientSession | None = field(default=None)
+    # Ask the engine to count tokens per streamed chunk (stream_options.continuous_usage_stats); turned
+    # off for good when the upstream refuses it (HTTP 400/422 to a request that carried it).
+    stream_usage: bool = True
+
+    def refuse_stream_usage(self) -> None:
+        if self.stream_usage:
+            self.stream_usage = False
+            log.warning("infersight proxy: %s refused stream_options.continuous_usage_stats; token counts fall "
+                        "back to streamed chunks (a lower bound) with usage when the client asks for it",
+                        self.upstream_label)
 
     @property
     def upstream_label(self) -> str:

@@ -48,6 +48,10 @@ class RequestInfo:
     model: str
     stream: bool
     max_tokens: int | None
+    # The body with per-chunk usage asked for (stream_options include_usage + continuous_usage_stats),
+    # or None when the request asks for it already or is not a JSON streaming request.
+    counted_body: bytes | None = None
+    client_wants_usage: bool = False  # the client asked for include_usage itself
 
     @classmethod
     def parse(cls, operation: str, body: bytes) -> RequestInfo:
@@ -59,9 +63,17 @@ class RequestInfo:
             return cls(operation, "unknown", False, None)
         model = payload.get("model")
         max_tokens = payload.get("max_completion_tokens", payload.get("max_tokens"))
-        return cls(operation, model if isinstance(model, str) and model else "unknown",
-                   payload.get("stream") is True,
-                   max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None)
+        stream = payload.get("stream") is True
+        options = payload.get("stream_options")
+        options = options if isinstance(options, dict) else {}
+        wants_usage = options.get("include_usage") is True
+        counted = None
+        if stream and not (wants_usage and options.get("continuous_usage_stats") is True):
+            payload["stream_options"] = {**options, "include_usage": True, "continuous_usage_stats": True}
+            counted = json.dumps(payload, separators=(",", ":")).encode()
+        return cls(operation, model if isinstance(model, str) and model else "unknown", stream,
+                   max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None,
+                   counted, wants_usage)
 
 
 class Exchange:
@@ -86,13 +98,23 @@ class Exchange:
                                       max_tokens=info.max_tokens, stream=info.stream)
         record.upstream()
         upstream: aiohttp.ClientResponse | None = None
+        counted = info.counted_body if context.stream_usage else None
         try:
-            upstream = await self._send(body, record.inject({}))
+            upstream = await self._send(counted or body, record.inject({}))
+            if counted is not None and upstream.status in (400, 422):
+                # This engine refuses per-chunk usage: ask as the client did, and never again.
+                let_go(upstream)
+                upstream = None
+                context.refuse_stream_usage()
+                counted = None
+                upstream = await self._send(body, record.inject({}))
             if not 200 <= upstream.status < 300:
                 return await self._relay_unsuccessful(upstream, record)
             content_type = upstream.headers.get("Content-Type", "")
             if content_type.startswith("text/event-stream") or (info.stream and "json" not in content_type):
-                return await self._relay_stream(upstream, record)
+                # What the proxy added and the client did not ask for does not reach the client.
+                return await self._relay_stream(upstream, record,
+                                                drop_usage_chunk=counted is not None and not info.client_wants_usage)
             return await self._relay_json(upstream, record)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # before TimeoutError
             error = errors.upstream_unreachable(context.upstream_label, exc)
@@ -107,7 +129,10 @@ class Exchange:
             recording.failed(record, error.code, error.message)
             return await self._answer_error(error, upstream)
         except CLIENT_GONE:  # a write to the client failed: it went away
-            recording.cancelled(record, self._facts())
+            if self._delivered():
+                recording.completed(record, self.inspector.facts, streamed=True)
+            else:
+                recording.cancelled(record, self._facts())
             return self.response or web.Response(status=499)
         except asyncio.CancelledError:
             kind = self.watchdog.expired
@@ -116,8 +141,13 @@ class Exchange:
                 recording.timed_out(record, kind, self._facts())
                 return await self._answer_error(errors.timeout_error(kind, context.timeouts.seconds(kind)), upstream)
             # The client went away while we waited (aiohttp cancels the handler): the upstream
-            # connection is closed in ``finally``, which aborts the generation.
-            recording.cancelled(record, self._facts())
+            # connection is closed in ``finally``, which aborts the generation. A client that leaves
+            # once it has read [DONE] (the openai client closes the connection there, before the
+            # end of the chunked body) got everything: that request completed.
+            if self._delivered():
+                recording.completed(record, self.inspector.facts, streamed=True)
+            else:
+                recording.cancelled(record, self._facts())
             raise
         finally:
             self.watchdog.stop()
@@ -130,19 +160,30 @@ class Exchange:
             headers=headers.to_upstream(self.request.headers, trace_headers, instrumented=True))
 
     # -- relaying the three kinds of answer -----------------------------------------------
-    async def _relay_stream(self, upstream: aiohttp.ClientResponse, record: RequestContext) -> web.StreamResponse:
-        inspector = self.inspector = StreamInspector()
+    async def _relay_stream(self, upstream: aiohttp.ClientResponse, record: RequestContext, *,
+                            drop_usage_chunk: bool = False) -> web.StreamResponse:
+        inspector = self.inspector = StreamInspector(drop_usage_chunk)
         while data := await upstream.content.readany():
             if self.response is None:
                 await self._start_response(upstream)
-            await self.response.write(data)  # forward first: the client never waits on our parsing
-            carried = inspector.feed(data)
-            if carried:  # one token time per event that carries output
+            if drop_usage_chunk:  # whole events, minus the one the client did not ask for
+                carried = inspector.feed(data)
+                out = inspector.take()
+                if out:
+                    await self.response.write(out)
+            else:
+                await self.response.write(data)  # forward first: the client never waits on our parsing
+                carried = inspector.feed(data)
+            if carried:  # the tokens this read carried, timed now
                 record.tokens(carried)
                 self.watchdog.token()
+            if inspector.done:
+                self.watchdog.stop()  # everything is delivered: no deadline can end this request now
         if self.response is None:  # an empty body
             await self._start_response(upstream)
         inspector.finish()
+        if drop_usage_chunk and (rest := inspector.take()):
+            await self.response.write(rest)
         await self.response.write_eof()
         recording.completed(record, inspector.facts, streamed=True)
         return self.response
@@ -194,11 +235,16 @@ class Exchange:
         try:
             # Terminate a half-forwarded event first, so the error event parses on its own.
             prefix = b"\n\n" if self.inspector is not None and self.inspector.partial else b""
-            await self.response.write(prefix + error.sse_event())
+            held = self.inspector.held() if self.inspector is not None else b""
+            await self.response.write(held + prefix + error.sse_event())
             await self.response.write_eof()
         except CLIENT_GONE:
             pass
         return self.response
+
+    def _delivered(self) -> bool:
+        """The client has been sent the whole answer ([DONE] included)."""
+        return self.inspector is not None and self.inspector.done
 
     def _facts(self) -> ResponseFacts | None:
         return self.inspector.facts if self.inspector is not None else None

@@ -36,7 +36,8 @@ def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool:
         return 2
     registry = CollectorRegistry()
     try:
-        tracing = setup_tracing_from_config(config.tracing, service_name, registry=registry)
+        tracing = setup_tracing_from_config(config.tracing, service_name, registry=registry,
+                                            listeners=config.listeners)
     except TracingSetupError as exc:
         print(f"infersight proxy: tracing setup: {exc}", file=sys.stderr)
         return 2

@@ -39,6 +39,9 @@ class ResponseFacts:
     upstream_error: str | None = None
     # Why the body is not what the protocol promises (malformed SSE, not JSON, no [DONE] ...).
     malformed: str | None = None
+    # Token counting: True once a chunk carried the engine's running completion_tokens count.
+    counted_per_chunk: bool = False
+    tokens_counted: int = 0  # the last running count seen
 
     def read_usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
@@ -53,7 +56,13 @@ class ResponseFacts:
             self.reasoning_tokens = _int_or(output_details.get("reasoning_tokens"), self.reasoning_tokens)
 
     def read_payload(self, payload: dict[str, Any]) -> int:
-        """Take what a chunk or a whole response says; return how many choices carried output."""
+        """Take what a chunk or a whole response says; return how many output tokens it carried.
+
+        Exact where the engine counts per chunk (``usage.completion_tokens`` on every chunk: vLLM's
+        and SGLang's ``stream_options.continuous_usage_stats``): the difference to the previous
+        chunk's count. Otherwise one per choice that carries output, a lower bound: an engine holds
+        back tokens that do not end a character and sends them with the next text.
+        """
         error = payload.get("error")
         if error:
             message = error.get("message") if isinstance(error, dict) else None
@@ -62,10 +71,14 @@ class ResponseFacts:
             self.model = payload["model"]
         if self.response_id is None and isinstance(payload.get("id"), str):
             self.response_id = payload["id"]
-        if "usage" in payload:
-            self.read_usage(payload["usage"])
-        carried = 0
         choices = payload.get("choices")
+        running_count = None
+        if "usage" in payload:
+            usage = payload["usage"]
+            self.read_usage(usage)
+            if isinstance(choices, list) and choices and isinstance(usage, dict):
+                running_count = _int_or(usage.get("completion_tokens"), None)
+        carried = 0
         if not isinstance(choices, list):
             return 0
         for choice in choices:
@@ -80,6 +93,10 @@ class ResponseFacts:
                     carried += 1
             elif choice.get("text") or isinstance(choice.get("message"), dict):
                 carried += 1
+        if running_count is not None:  # the engine counts: exact, text or not
+            self.counted_per_chunk = True
+            carried, self.tokens_counted = max(running_count - self.tokens_counted, 0), max(running_count,
+                                                                                             self.tokens_counted)
         return carried
 
 
@@ -89,13 +106,30 @@ def _int_or(value: Any, default: int | None) -> int | None:
 
 
 class StreamInspector:
-    """Incremental SSE reader: ``feed(bytes) -> number of token-carrying events completed``."""
+    """Incremental SSE reader: ``feed(bytes) -> number of output tokens in the events completed``.
 
-    def __init__(self) -> None:
+    With ``drop_usage_chunk`` it also decides what the client gets: whole events only (a partial
+    one waits for its end), minus the usage-only chunk (``choices: []``) that the proxy asked the
+    engine for and the client did not; :meth:`take` returns the bytes to relay.
+    """
+
+    def __init__(self, drop_usage_chunk: bool = False) -> None:
         self.facts = ResponseFacts()
         self.done = False  # saw ``data: [DONE]``
         self.gave_up = False  # an oversized event: the rest of the stream is relayed unread
+        self.drop_usage_chunk = drop_usage_chunk
         self._buffer = b""
+        self._out: list[bytes] = []
+        self._drop = False
+
+    def take(self) -> bytes:
+        """The bytes to relay now (filtering mode)."""
+        out, self._out = b"".join(self._out), []
+        return out
+
+    def held(self) -> bytes:
+        """Filtering mode, when the stream ends early: every byte not yet relayed, the partial event too."""
+        return self.take() + (self._buffer if self.drop_usage_chunk else b"")
 
     @property
     def partial(self) -> bool:
@@ -104,6 +138,8 @@ class StreamInspector:
 
     def feed(self, data: bytes) -> int:
         if self.gave_up:
+            if self.drop_usage_chunk:
+                self._out.append(data)
             return 0
         buffer = self._buffer + data
         if b"\r" in buffer:
@@ -118,17 +154,25 @@ class StreamInspector:
             end = buffer.find(b"\n\n", start)
             if end < 0:
                 break
+            self._drop = False
             tokens += self._event(buffer[start:end])
+            if self.drop_usage_chunk and not self._drop:
+                self._out.append(buffer[start:end + 2])
             start = end + 2
         self._buffer = buffer[start:]
         if len(self._buffer) > MAX_EVENT_BYTES:
             self._malformed(f"an event over {MAX_EVENT_BYTES:,} bytes; the rest of the stream was not read")
+            if self.drop_usage_chunk:
+                self._out.append(self._buffer)
             self._buffer = b""
             self.gave_up = True
         return tokens
 
     def finish(self) -> None:
-        """The body ended: note a cut-off event or a missing ``[DONE]`` as malformed."""
+        """The body ended: note a cut-off event or a missing ``[DONE]`` as malformed (and, when
+        filtering, hand on what is left of it as it came)."""
+        if self.drop_usage_chunk and self._buffer:
+            self._out.append(self._buffer)
         if self.partial and self.facts.malformed is None:
             self.facts.malformed = "stream ended inside an event (no blank line after it)"
         if not self.done and self.facts.malformed is None and self.facts.upstream_error is None:
@@ -163,7 +207,9 @@ class StreamInspector:
         if not isinstance(payload, dict):
             self._malformed(f"event data is not a JSON object: {data[:60]!r}")
             return 0
-        return 1 if self.facts.read_payload(payload) else 0
+        if self.drop_usage_chunk and payload.get("choices") == [] and "usage" in payload:
+            self._drop = True
+        return self.facts.read_payload(payload)
 
     def _malformed(self, why: str) -> None:
         if self.facts.malformed is None:

@@ -12,6 +12,7 @@ Each request may carry a ``standin`` object in its JSON body (``extra_body`` in 
     crash_after (None: drop the connection after that many tokens)
     half_event_after (None: after that many tokens, send half an event and hang)
     stamp (false: each token's text is the monotonic_ns time it was sent, for latency benchmarks)
+    linger_after_done (0: seconds between ``data: [DONE]`` and the end of the body)
 
 Every request is logged as a :class:`Served` with the exact bytes written, whether the client
 (the proxy) went away before the end, and the headers it arrived with (to check traceparent).
@@ -132,6 +133,7 @@ class EngineStandin:
             await send(_event({"id": "cmpl-standin", "object": "chat.completion.chunk", "created": 0,
                                "model": model, "choices": [], "usage": _usage(served.body, tokens)}))
         await send(b"data: [DONE]\n\n")
+        await asyncio.sleep(plan.get("linger_after_done", 0))
         await response.write_eof()
         return response
 

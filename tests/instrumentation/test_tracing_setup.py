@@ -247,3 +247,49 @@ def test_shutdown_exports_what_is_queued():
         pass
     assert handle.shutdown() is True
     assert [s.name for s in exporter.get_finished_spans()] == ["request"]
+
+
+def test_without_an_endpoint_spans_go_to_the_configured_receiver(monkeypatch):
+    """Not localhost:4317 whatever the config says: listeners.otlp_grpc is where our receiver listens."""
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        monkeypatch.delenv(name, raising=False)
+    receiver = GrpcTraceReceiver()
+    try:
+        config = parse_config({"listeners": {"otlp_grpc": f"0.0.0.0:{receiver.port}"}})
+        handle = setup_tracing_from_config(config.tracing, "proxy", listeners=config.listeners)
+        finished_request(handle.provider)
+        assert handle.force_flush(10_000) and receiver.received.wait(10)
+        handle.shutdown()
+    finally:
+        receiver.stop()
+    ((_, span),) = flatten(receiver.requests)
+    assert span.name == "chat llama-3-8b"
+    from infersight.instrumentation.tracing_setup import receiver_endpoint
+
+    listeners = parse_config({"listeners": {"otlp_grpc": "10.0.0.9:5317", "otlp_http": "[::]:5318"}}).listeners
+    assert receiver_endpoint(listeners, "grpc") == "http://10.0.0.9:5317"
+    assert receiver_endpoint(listeners, "http/protobuf") == "http://[::1]:5318"
+
+
+def test_an_unreachable_receiver_is_counted_and_logged_once(caplog):
+    import logging
+    import time
+
+    handle = setup_tracing("proxy", protocol="grpc", endpoint="http://127.0.0.1:9", schedule_delay_ms=10,
+                           export_timeout_s=0.5)
+    caplog.set_level(logging.INFO)
+    tracer = handle.provider.get_tracer("t")
+    deadline = time.monotonic() + 30
+    while handle.processor.export_failed._value.get() < 3 and time.monotonic() < deadline:
+        with tracer.start_as_current_span("request"):
+            pass
+        time.sleep(0.2)
+    handle.shutdown(timeout_s=0.5)
+    failed = handle.registry.get_sample_value("infersight_tracing_spans_dropped_total",
+                                              {"service": "proxy", "reason": "export_failed"})
+    assert failed >= 3  # three failed batches or more
+    ours = [r for r in caplog.records if "span export to http://127.0.0.1:9 failing" in r.getMessage()]
+    assert len(ours) == 1
+    exporter_errors = [r for r in caplog.records if r.name.startswith("opentelemetry.exporter")
+                       and "Failed to export" in r.getMessage()]
+    assert len(exporter_errors) <= 1  # the first batch's own message, then quiet

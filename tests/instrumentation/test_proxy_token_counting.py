@@ -1,0 +1,97 @@
+"""Exact token counting in the proxy: per-chunk usage where the engine counts, the usage chunk the
+client did not ask for kept from it, a refusing engine, and a client that leaves after [DONE]."""
+
+from __future__ import annotations
+
+import json
+
+from infersight.instrumentation.proxy.exchange import RequestInfo
+from infersight.instrumentation.proxy.sse import StreamInspector
+
+
+def chunk(content: str | None, completion_tokens: int | None = None, *, choices: bool = True,
+          finish: str | None = None) -> bytes:
+    payload: dict = {"id": "c1", "object": "chat.completion.chunk", "model": "m"}
+    payload["choices"] = [{"index": 0, "delta": {"content": content} if content is not None else {},
+                           "finish_reason": finish}] if choices else []
+    if completion_tokens is not None:
+        payload["usage"] = {"prompt_tokens": 10, "completion_tokens": completion_tokens,
+                            "total_tokens": 10 + completion_tokens}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def test_per_chunk_usage_counts_tokens_that_carry_no_text():
+    """vLLM holds back a token that does not end a character and sends it with the next text: the
+    chunk count says 3, the engine's running count says 5."""
+    inspector = StreamInspector()
+    counts = [inspector.feed(c) for c in (chunk("", 0), chunk("ab", 1), chunk("c\u00e9", 3), chunk("d", 4),
+                                          chunk("", 5, finish="length"), chunk(None, 5, choices=False))]
+    assert counts == [0, 1, 2, 1, 1, 0]
+    assert inspector.facts.counted_per_chunk and inspector.facts.output_tokens == 5
+
+
+def test_without_per_chunk_usage_one_per_text_chunk_is_a_lower_bound():
+    inspector = StreamInspector()
+    counts = [inspector.feed(c) for c in (chunk("ab"), chunk("c\u00e9"), chunk("", finish="length"),
+                                          chunk(None, 5, choices=False))]
+    assert counts == [1, 1, 0, 0]
+    assert not inspector.facts.counted_per_chunk
+    assert inspector.facts.output_tokens == 5  # the final usage still gives the exact total
+
+
+def test_the_usage_chunk_the_client_did_not_ask_for_is_not_relayed():
+    inspector = StreamInspector(drop_usage_chunk=True)
+    stream = chunk("a", 1) + chunk("b", 2, finish="stop") + chunk(None, 2, choices=False) + b"data: [DONE]\n\n"
+    relayed = b""
+    for i in range(0, len(stream), 7):  # any chunking
+        inspector.feed(stream[i:i + 7])
+        relayed += inspector.take()
+    inspector.finish()
+    relayed += inspector.take()
+    assert relayed == chunk("a", 1) + chunk("b", 2, finish="stop") + b"data: [DONE]\n\n"
+    assert inspector.facts.output_tokens == 2 and inspector.done
+
+
+def test_streaming_requests_ask_for_per_chunk_usage_once():
+    body = json.dumps({"model": "m", "stream": True, "messages": []}).encode()
+    info = RequestInfo.parse("chat", body)
+    options = json.loads(info.counted_body)["stream_options"]
+    assert options == {"include_usage": True, "continuous_usage_stats": True} and not info.client_wants_usage
+    asked = json.dumps({"model": "m", "stream": True,
+                        "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
+    assert RequestInfo.parse("chat", asked).counted_body is None  # already there: the body goes as it is
+    usage_only = RequestInfo.parse("chat", json.dumps({"model": "m", "stream": True,
+                                                       "stream_options": {"include_usage": True}}).encode())
+    assert usage_only.client_wants_usage and usage_only.counted_body is not None
+    assert RequestInfo.parse("chat", b'{"model": "m"}').counted_body is None  # not streamed
+    assert RequestInfo.parse("chat", b"not json").counted_body is None
+
+
+def test_a_client_that_leaves_after_done_completed_its_request():
+    """The openai client closes the connection once it reads [DONE], before the chunked body ends.
+    Seen twice in ~120 streams after an engine restart as a false `cancelled`: now `success`."""
+    import socket
+
+    from infersight.attributes import REQUEST_OUTCOME, Outcome
+    from tests.instrumentation.proxy_harness import ProxyStack
+
+    stack = ProxyStack()
+    try:
+        host, port = stack.url.removeprefix("http://").split(":")
+        body = json.dumps({"model": "standin-model", "stream": True, "messages": [{"role": "user", "content": "x"}],
+                           "standin": {"tokens": 4, "linger_after_done": 2}}).encode()
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            received = b""
+            while b"data: [DONE]" not in received:
+                data = conn.recv(65536)
+                assert data, received
+                received += data
+        # closed here, while the engine (and so the proxy) has not ended the body yet
+        span = stack.wait_request_span(timeout=10)
+        assert span.attributes[REQUEST_OUTCOME] == Outcome.SUCCESS
+        assert span.attributes["gen_ai.usage.output_tokens"] == 4
+        assert b'"usage"' not in received  # the usage chunk the proxy asked for is not the client's
+    finally:
+        stack.close()
