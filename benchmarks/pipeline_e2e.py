@@ -43,7 +43,9 @@ SPANS_PER_REQUEST = 511  # 73 traces x 7 spans: close to the SDK's 512 per expor
 DB = "bench"
 
 
-def build_requests(traces: int, timeline_share: float, seed: int = 7) -> list[bytes]:
+def build_requests(traces: int, timeline_share: float, seed: int = 7, encoding: str = "text") -> list[bytes]:
+    """Pre-serialized export requests. ``encoding`` is how a kept timeline travels: ``text``, its JSON
+    text as our tracer sends it (DESIGN 5), or ``array``, an int array as other SDKs send it."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     rng = random.Random(seed)
@@ -83,12 +85,28 @@ def build_requests(traces: int, timeline_share: float, seed: int = 7) -> list[by
                 value_field.int_value = value
             else:
                 value_field.double_value = value
+        # The timeline summary our tracer puts on every request span (kept timeline or not).
+        gaps = [rng.randrange(8_000, 40_000) for _ in range(255)]
+        at = rng.randrange(50_000, 900_000)
+        stall = max(range(255), key=gaps.__getitem__)
+        for key, value in (("llm.token.count", 256), ("llm.token.gap_mean_ms", sum(gaps) / 255 / 1000),
+                           ("llm.token.gap_max_ms", gaps[stall] / 1000), ("llm.token.stall_index", stall + 1),
+                           ("llm.token.stall_offset_ms", (at + sum(gaps[:stall])) / 1000)):
+            value_field = root.attributes.add(key=key).value
+            if isinstance(value, int):
+                value_field.int_value = value
+            else:
+                value_field.double_value = value
         if rng.random() < timeline_share:
-            offsets = root.attributes.add(key="llm.token.offsets_us").value.array_value.values
-            at = rng.randrange(50_000, 900_000)
-            for _ in range(256):
-                offsets.add().int_value = at
-                at += rng.randrange(8_000, 40_000)
+            offsets = [at]
+            for gap in gaps:
+                offsets.append(offsets[-1] + gap)
+            value_field = root.attributes.add(key="llm.token.offsets_us").value
+            if encoding == "text":
+                value_field.string_value = json.dumps(offsets, separators=(",", ":"))
+            else:
+                for offset in offsets:
+                    value_field.array_value.values.add().int_value = offset
         for i, name in enumerate(children):
             child = scope.spans.add(trace_id=trace_id, span_id=rng.randbytes(8), parent_span_id=root.span_id,
                                     name=name, kind=3 if name == "upstream" else 1,
@@ -183,12 +201,12 @@ async def send_all_grpc(target: str, bodies: list[bytes], concurrency: int) -> d
 
 
 def run_case(traces: int, timeline_share: float, concurrency: int, timeout: float, workdir: Path,
-             pipeline: dict, protocol: str = "http") -> dict:
+             pipeline: dict, protocol: str = "http", encoding: str = "text") -> dict:
     from infersight.pipelines.clickhouse_server import ClickHouseServer
     from infersight.pipelines.schema import migrations
     from infersight.pipelines.schema.ddl import SchemaOptions
 
-    bodies = build_requests(traces, timeline_share)
+    bodies = build_requests(traces, timeline_share, encoding=encoding)
     spans = traces * 7
     server = ClickHouseServer(workdir / f"clickhouse-{timeline_share}").start()
     receiver = None
@@ -263,11 +281,34 @@ def report(r: dict) -> None:
           flush=True)
 
 
+def parse_case(text: str) -> tuple[float, int, str]:
+    """``SHARE/PARALLELISM[/ENCODING]``: timeline share, pipeline.insert_parallelism, text|array."""
+    parts = text.split("/")
+    try:
+        share, parallelism = float(parts[0]), int(parts[1])
+        encoding = parts[2] if len(parts) > 2 else "text"
+    except (IndexError, ValueError):
+        raise argparse.ArgumentTypeError(f"case {text!r}: expected SHARE/PARALLELISM[/text|array], e.g. 0/2") from None
+    if not 0 <= share <= 1 or parallelism < 1 or encoding not in ("text", "array"):
+        raise argparse.ArgumentTypeError(f"case {text!r}: share within 0..1, parallelism >= 1, text or array")
+    return share, parallelism, encoding
+
+
+def case_name(case: tuple[float, int, str]) -> str:
+    share, parallelism, encoding = case
+    timelines = f"{share:.0%} timelines ({encoding})" if share else "no timelines"
+    return f"{timelines}, {parallelism} insert thread{'s' if parallelism > 1 else ''}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--traces", type=int, default=100_000, help="traces per case (7 spans each; default 100000)")
-    parser.add_argument("--timeline-share", type=float, nargs="+", default=[0.0, 0.1, 1.0],
-                        help="share of request spans with a 256-token timeline, one case each (default 0 0.1 1)")
+    parser.add_argument("--traces", type=int, default=50_000, help="traces per case (7 spans each; default 50000)")
+    parser.add_argument("--cases", type=parse_case, nargs="+", default=[parse_case(c) for c in ("0/1", "0/2", "1/2")],
+                        metavar="SHARE/PARALLELISM[/ENCODING]",
+                        help="cases, run in this order in every round; the first is the baseline the others are "
+                             "compared with (default: 0/1 0/2 1/2, i.e. no timelines with one insert thread as "
+                             "before issue 18, then two, then every request span with a timeline)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of all cases, interleaved (default 2)")
     parser.add_argument("--concurrency", type=int, default=600, help="concurrent client connections")
     parser.add_argument("--timeout", type=float, default=180, help="limit per case, seconds")
     parser.add_argument("--batch-rows", type=int, default=100_000, help="pipeline.batch_rows (default 100000)")
@@ -276,20 +317,50 @@ def main() -> int:
     parser.add_argument("--insert-threads", type=int, default=2, help="pipeline.insert_threads")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http", help="OTLP transport (default http)")
     args = parser.parse_args()
+    if args.traces < 100 or args.rounds < 1:
+        parser.error("--traces must be >= 100 and --rounds >= 1")
     print(f"pipeline end to end on {os.cpu_count()} cores: {args.traces * 7:,} spans per case, "
-          f"{args.concurrency} connections, OTLP/{args.protocol} protobuf, {SPANS_PER_REQUEST} spans per request")
-    rows = []
+          f"{args.concurrency} connections, OTLP/{args.protocol} protobuf, {SPANS_PER_REQUEST} spans per request; "
+          f"{len(args.cases)} cases x {args.rounds} rounds, interleaved")
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="infersight-bench-") as tmp:
-        for share in args.timeline_share:
-            pipeline = {"batch_rows": args.batch_rows, "queue_max_spans": args.queue_max_spans,
-                        "insert_threads": args.insert_threads}
-            if args.batch_bytes:
-                pipeline["batch_bytes"] = args.batch_bytes
-            r = run_case(args.traces, share, args.concurrency, args.timeout, Path(tmp), pipeline, args.protocol)
-            rows.append(r)
-            report(r)
+        for round_number in range(args.rounds):
+            for case in args.cases:
+                share, parallelism, encoding = case
+                pipeline = {"batch_rows": args.batch_rows, "queue_max_spans": args.queue_max_spans,
+                            "insert_threads": args.insert_threads, "insert_parallelism": parallelism}
+                if args.batch_bytes:
+                    pipeline["batch_bytes"] = args.batch_bytes
+                workdir = Path(tmp) / f"r{round_number}-{share}-{parallelism}-{encoding}"
+                workdir.mkdir()
+                print(f"\nround {round_number + 1}: {case_name(case)}", end="", flush=True)
+                r = run_case(args.traces, share, args.concurrency, args.timeout, workdir, pipeline, args.protocol,
+                             encoding)
+                r.update(round=round_number, case=case_name(case), insert_parallelism=parallelism, encoding=encoding)
+                rows.append(r)
+                report(r)
+    summarize(rows, [case_name(c) for c in args.cases])
     print("\n" + json.dumps(rows))
     return 0
+
+
+def summarize(rows: list[dict], names: list[str]) -> None:
+    """Per case: spans/s and CPU-us per stored span (range over rounds), and the ratio to the baseline
+    case of the same round (the first case), so that load from other jobs cancels out as far as it can."""
+    baseline = names[0]
+    print(f"\nsummary (min..max over rounds; ratios against '{baseline}' in the same round)")
+    print(f"{'case':<44}{'spans/s':>20}{'x baseline':>16}{'CPU-us/span':>16}{'cores busy':>14}")
+    for name in names:
+        mine = [r for r in rows if r["case"] == name]
+        ratios = []
+        for r in mine:
+            base = next(b for b in rows if b["case"] == baseline and b["round"] == r["round"])
+            ratios.append(r["spans_per_s"] / base["spans_per_s"])
+        rates = [r["spans_per_s"] for r in mine]
+        cpu = [1e6 * (r["cpu_clickhouse_s"] + r["cpu_receiver_s"]) / r["spans"] for r in mine]
+        busy = [(r["cpu_clickhouse_s"] + r["cpu_receiver_s"]) / r["seconds"] for r in mine]
+        print(f"{name:<44}{min(rates):>10,.0f}..{max(rates):<8,.0f}{min(ratios):>8.2f}..{max(ratios):<6.2f}"
+              f"{min(cpu):>8.1f}..{max(cpu):<6.1f}{min(busy):>7.2f}..{max(busy):<5.2f}")
 
 
 if __name__ == "__main__":

@@ -262,6 +262,8 @@ class Pipeline(Section):
     retry_initial_seconds: float = Field(0.2, gt=0, description="first retry backoff (doubles, with jitter)")
     retry_max_seconds: float = Field(5.0, gt=0, description="longest backoff between retries or replays")
     insert_threads: int = Field(2, gt=0, le=16, description="concurrent ClickHouse inserts")
+    insert_parallelism: int = Field(2, gt=0, le=16,
+                                    description="threads ClickHouse uses per insert after parsing (max_insert_threads)")
     queue_max_spans: int = Field(300_000, gt=0, description="spans held in memory; beyond: 429")
     queue_max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="request bytes held in memory; beyond: 429")
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)

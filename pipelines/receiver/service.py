@@ -53,6 +53,7 @@ class Receiver:
                                   data_dir=config.clickhouse.data_dir)
         except ValueError as exc:
             raise SetupError(str(exc)) from None
+        self.sink.insert_parallelism = p.insert_parallelism
         try:
             self.spool = Spool(spool_dir or p.spool_dir, p.spool_max_bytes)
         except OSError as exc:

@@ -46,6 +46,8 @@ class InsertFailed(Exception):
 class ClickHouseSink:
     """Inserts framed OTLP batches into ``database.otel_traces`` on a ClickHouse HTTP server."""
 
+    insert_parallelism = 2  # max_insert_threads per insert (pipeline.insert_parallelism)
+
     def __init__(self, dsn: str, store_content: bool = False, timeout_seconds: float = 30.0,
                  data_dir: str | None = None):
         from infersight.pipelines.schema.connection import WRITER, ConnectionFailed, resolve
@@ -82,7 +84,7 @@ class ClickHouseSink:
             raise self._classify(exc) from None
 
     def _send(self, client, framed: bytes, token: str) -> None:
-        client.command(self.query, data=framed, settings=ingest_sql.settings(token))
+        client.command(self.query, data=framed, settings=ingest_sql.settings(token, self.insert_parallelism))
 
     def ensure_deduplication(self, client) -> list[str]:
         """Set ``non_replicated_deduplication_window`` on plain MergeTree tables that lack it."""
