@@ -91,7 +91,7 @@ def limits_from_config(config: Config) -> Limits:
             f"cold-start alert reads; use {MIN_COLD_START_MINUTES} or more")
     return Limits(
         cluster=config.cluster,
-        runbook_base_url=config.alertmanager.runbook_base_url.rstrip("/"),
+        runbook_base_url=config.alertmanager.runbooks(),
         ttft_slo_seconds=slo.ttft_seconds,
         error_budget=budget,
         ttft_p95_target_seconds=slo.ttft_p95_seconds,

@@ -63,7 +63,7 @@ def _clickhouse(dsn: str) -> dict:
     source = {"name": CLICKHOUSE_NAME, "uid": CLICKHOUSE_UID, "type": CLICKHOUSE_PLUGIN, "editable": False,
               "jsonData": json_data}
     # Grafana only reads: without a user in the DSN it is the embedded store's read-only reader
-    # (DESIGN.md section 11). The password never goes into the file: Grafana reads it from the environment.
+    # (DESIGN 11). The password never goes into the file: Grafana reads it from the environment.
     from infersight.pipelines.clickhouse_users import READER, USERS
 
     json_data["username"] = urllib.parse.unquote(parts.username) if parts.username else USERS[READER]

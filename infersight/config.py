@@ -313,7 +313,28 @@ class Alertmanager(Section):
     ticket_webhook_url: str = "http://127.0.0.1:9098/tickets"
     autoscaler_webhook_url: str = "http://127.0.0.1:9099/scale"
     gateway_webhook_url: str = "http://127.0.0.1:9097/breaker"
-    runbook_base_url: str = "https://github.com/infersight/infersight/blob/main/alerts/runbooks"
+    runbook_base_url: str | None = Field(None, description="where alerts link their runbooks (URL + /ALERT.md); "
+                                                         "default: alerts/runbooks/ of the repository")
+
+    @field_validator("runbook_base_url")
+    @classmethod
+    def _runbook_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("expected an http(s) URL the on-call can open, e.g. "
+                             "https://github.com/your-org/infersight/blob/main/alerts/runbooks")
+        return value
+
+    def runbooks(self) -> str:
+        """The runbook base URL: the configured one, else the repository's alerts/runbooks/ folder."""
+        if self.runbook_base_url:
+            return self.runbook_base_url.rstrip("/")
+        from infersight import repository_url
+
+        repository = repository_url()
+        if repository is None:
+            raise ConfigError("alertmanager.runbook_base_url is not set and the package metadata names no "
+                              "repository; set it to where the runbooks are published")
+        return f"{repository}/blob/main/alerts/runbooks"
 
 
 class Grafana(Section):

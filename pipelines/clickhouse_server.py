@@ -1,7 +1,7 @@
 """A real ClickHouse HTTP server on one machine, without Docker: clickhouse-local from chdb-core.
 
 chdb-core ships clickhouse-local as a Python extension, and clickhouse-local can open ClickHouse's
-own HTTP listener. A dedicated child process runs (see DESIGN.md section 6)::
+own HTTP listener. A dedicated child process runs (see DESIGN 6)::
 
     SYSTEM START LISTEN HTTP;                       -- port from config.xml in the working folder
     SELECT getServerPort('http_port') INTO OUTFILE  -- port 0 picks a free one; this tells which
@@ -12,7 +12,7 @@ why chdb-core is pinned exactly in pyproject.toml and a smoke test guards it. Th
 must be TabSeparated, or clickhouse-connect's handshake fails. One listener per process; SIGTERM
 stops it. Clients (receiver, CLI, Grafana) talk to it over HTTP exactly as to a production server.
 
-Security (DESIGN.md section 11): the listener is private (127.0.0.1, a port of its own, queries only
+Security (DESIGN 11): the listener is private (127.0.0.1, a port of its own, queries only
 with a per-start secret); the public endpoint is the gate of :mod:`infersight.pipelines.clickhouse_gate`
 in the same process, which admits only the writer and the reader of
 :mod:`infersight.pipelines.clickhouse_users` (passwords in ``DATA_DIR/credentials.json``, 0600).

@@ -1,4 +1,4 @@
-"""Which attributes carry prompt and completion text: the one content filter (DESIGN.md section 11).
+"""Which attributes carry prompt and completion text: the one content filter (DESIGN 11).
 
 Unless ``pipeline.store_content`` is true, these keys are dropped from span, resource, event and link
 attributes, compared case-insensitively. The receiver renders :func:`pattern` into its insert SQL

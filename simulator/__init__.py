@@ -1,4 +1,4 @@
-"""A simulated inference fleet (DESIGN.md section 8): engines, GPUs, a gateway, clients and incidents.
+"""A simulated inference fleet (DESIGN 8): engines, GPUs, a gateway, clients and incidents.
 
 It runs on two clocks. In virtual time (``infersight simulate``, the alert-quality test) hours pass
 in seconds and the series our producers would expose are written at every scrape step. In real

@@ -81,7 +81,7 @@ def run_demo(args, config: Config) -> int:
         client = server.client()
         migrations.migrate(client, SchemaOptions(database="default", retention=config.clickhouse.retention))
         client.close()
-        client = server.client(role="reader")  # the questions and the report only read (DESIGN.md section 11)
+        client = server.client(role="reader")  # the questions and the report only read (DESIGN 11)
 
         _step(2, "OTLP receivers (HTTP and gRPC) on free ports", quiet)
         try:

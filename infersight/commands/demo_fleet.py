@@ -1,4 +1,4 @@
-"""Demo traffic: a small, named stand-in for the simulator (DESIGN.md section 8).
+"""Demo traffic: a small, named stand-in for the simulator (DESIGN 8).
 
 Four engine instances behind a least-connection gateway, in a stable and a canary pool, serve
 requests through the real :class:`RequestTracer`, in real time, a few seconds long. Halfway through,

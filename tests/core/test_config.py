@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,27 @@ def test_missing_file_is_a_clear_error(tmp_path):
 def test_gpu_overrides_apply():
     config = parse_config({"capacity": {"gpu": "H100-SXM", "gpu_overrides": {"bandwidth_bytes_per_s": 1e12}}})
     assert config.capacity.gpu_spec().bandwidth_bytes_per_s == 1e12
+
+
+def test_runbooks_default_to_the_repository_named_in_pyproject():
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    repository = pyproject["project"]["urls"]["Repository"].rstrip("/")
+    assert parse_config({}).alertmanager.runbooks() == f"{repository}/blob/main/alerts/runbooks"
+    mine = parse_config({"alertmanager": {"runbook_base_url": "https://wiki.example/runbooks/"}})
+    assert mine.alertmanager.runbooks() == "https://wiki.example/runbooks"
+
+
+@pytest.mark.parametrize(("section", "value", "message"), [
+    ("alertmanager", {"runbook_base_url": "runbooks/"}, "alertmanager.runbook_base_url: got 'runbooks/'"),
+    ("grafana", {"url": "grafana:3000"}, "grafana.url: got 'grafana:3000'; expected a URL"),
+])
+def test_link_bases_must_be_urls(section, value, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config({section: value})
+
+
+def test_grafana_url_is_optional_and_trimmed():
+    assert parse_config({}).grafana.url is None
+    assert parse_config({"grafana": {"url": "http://127.0.0.1:3000/"}}).grafana.url == "http://127.0.0.1:3000"

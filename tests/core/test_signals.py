@@ -9,7 +9,7 @@ from infersight.signals.catalog import Kind, Signal, validate_catalog
 def test_catalog_is_valid_and_seeded():
     assert validate_catalog() == []
     names = set(signals.CATALOG)
-    # The signals DESIGN.md section 4 asks for, one per area.
+    # The signals DESIGN 4 asks for, one per area.
     for expected in ("gpu_memory_bandwidth_utilization_ratio", "gpu_energy_joules_total", "gpu_xid_errors_total",
                      "llm_requests_waiting", "llm_kv_cache_usage_ratio", "llm_prefix_cache_hits_tokens_total",
                      "llm_time_to_first_token_seconds", "llm_gateway_queue_depth", "llm_instance_state",

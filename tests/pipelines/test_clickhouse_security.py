@@ -1,4 +1,4 @@
-"""A hostile local client against `infersight up` (DESIGN.md section 11), over real HTTP.
+"""A hostile local client against `infersight up` (DESIGN 11), over real HTTP.
 
 Without credentials nothing answers; the reader can SELECT but not INSERT, create, or touch the host;
 the writer can insert and migrate but not touch the host either; a forged row never lands; meanwhile

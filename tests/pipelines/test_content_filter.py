@@ -1,4 +1,4 @@
-"""The one content filter (DESIGN.md section 11): every convention, every attribute place, both letter
+"""The one content filter (DESIGN 11): every convention, every attribute place, both letter
 cases, over OTLP/HTTP and OTLP/gRPC into a real ClickHouse, and the same keys in the Collector config."""
 
 from __future__ import annotations
