@@ -7,9 +7,11 @@ import argparse
 PROXY_DESCRIPTION = """\
 Put this in front of any OpenAI-compatible engine (vLLM, SGLang, TGI ...) to get request metrics
 and traces without touching the engine. /v1/chat/completions and /v1/completions (streaming or
-not) are relayed byte for byte and instrumented: every streamed chunk that carries tokens is
-timed, usage is read when present, the W3C traceparent is continued (or a trace started), spans
-go out over OTLP (tracing section of the config, or OTEL_* variables) and the catalog metrics
+not) are relayed byte for byte and instrumented: streamed tokens are timed one by one (the proxy
+asks the engine for per-chunk usage, stream_options.continuous_usage_stats, and keeps the usage
+chunk from a client that did not ask for it), usage is read when present, the W3C traceparent
+is continued (or a trace started), spans go out over OTLP (tracing section of the config, else
+listeners.otlp_grpc, or OTEL_* variables) and the catalog metrics
 are served on /metrics of the listen address (scrape the engine's own /metrics directly). An
 X-Request-Id header becomes the span's llm.request.id. Every other path is relayed unchanged.
 
@@ -58,6 +60,9 @@ def register(subparsers) -> None:
     p.add_argument("--provider", metavar="NAME",
                    help="gen_ai.provider.name on the spans: the engine kind, e.g. vllm or sglang")
     p.add_argument("--service-name", default="infersight-proxy", help="OTel service.name (default: %(default)s)")
+    p.add_argument("--no-stream-usage", dest="stream_usage", action="store_false",
+                   help="relay streaming requests exactly as sent (no per-chunk usage asked for): tokens are then "
+                        "counted one per text chunk, a lower bound")
     p.set_defaults(func=_proxy)
 
 
@@ -68,4 +73,4 @@ def _proxy(args, config) -> int:
     return service.run(config, listen=args.listen or config.listeners.proxy, upstream=args.upstream,
                        timeouts=Timeouts(ttft=args.ttft_timeout, idle=args.idle_timeout, total=args.total_timeout),
                        pool=args.pool, provider_name=args.provider, service_name=args.service_name,
-                       max_request_bytes=int(args.max_request_mb * 1024 * 1024))
+                       max_request_bytes=int(args.max_request_mb * 1024 * 1024), stream_usage=args.stream_usage)

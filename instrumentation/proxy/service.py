@@ -26,7 +26,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool: str = "",
         provider_name: str | None = None, service_name: str = "infersight-proxy",
-        max_request_bytes: int = proxy_app.DEFAULT_MAX_REQUEST_BYTES) -> int:
+        max_request_bytes: int = proxy_app.DEFAULT_MAX_REQUEST_BYTES, stream_usage: bool = True) -> int:
     """Serve until interrupted; returns the exit code. Bad arguments print a message and return 2."""
     try:
         host, port = parse_listen(listen)
@@ -46,7 +46,7 @@ def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool:
     tracer = RequestTracer(registry=registry, tracer_provider=tracing.provider, sampler=sampler,
                            provider_name=provider_name)
     context = proxy_app.ProxyContext(upstream=upstream_url, timeouts=timeouts, tracer=tracer, pool=pool,
-                                     max_request_bytes=max_request_bytes)
+                                     max_request_bytes=max_request_bytes, stream_usage=stream_usage)
     metrics_push = push_from_config(config.tracing, registry, service_name, provider_name)
     try:
         return asyncio.run(_serve(context, host, port))

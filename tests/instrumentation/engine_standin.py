@@ -13,6 +13,7 @@ Each request may carry a ``standin`` object in its JSON body (``extra_body`` in 
     half_event_after (None: after that many tokens, send half an event and hang)
     stamp (false: each token's text is the monotonic_ns time it was sent, for latency benchmarks)
     linger_after_done (0: seconds between ``data: [DONE]`` and the end of the body)
+    refuse_continuous_usage (false: answer 400 to stream_options.continuous_usage_stats, as OpenAI's API does)
 
 Every request is logged as a :class:`Served` with the exact bytes written, whether the client
 (the proxy) went away before the end, and the headers it arrived with (to check traceparent).
@@ -67,6 +68,10 @@ class EngineStandin:
         served = Served(request.path, CIMultiDict(request.headers), body)
         self.served.append(served)
         plan = body.get("standin", {})
+        if plan.get("refuse_continuous_usage") and "continuous_usage_stats" in (body.get("stream_options") or {}):
+            return web.json_response({"error": {"message": "Unrecognized request argument supplied: "
+                                                 "continuous_usage_stats", "type": "invalid_request_error",
+                                                 "param": None, "code": None}}, status=400)
         try:
             if plan.get("status", 200) != 200:
                 error = {"error": {"message": f"stand-in failure {plan['status']}", "type": "server_error",

@@ -95,3 +95,25 @@ def test_a_client_that_leaves_after_done_completed_its_request():
         assert b'"usage"' not in received  # the usage chunk the proxy asked for is not the client's
     finally:
         stack.close()
+
+
+def test_an_engine_that_refuses_per_chunk_usage_gets_the_clients_body():
+    import openai
+
+    from tests.instrumentation.proxy_harness import ProxyStack
+
+    stack = ProxyStack()
+    try:
+        api = openai.OpenAI(base_url=stack.url + "/v1", api_key="none", max_retries=0)
+        for _ in range(2):
+            chunks = list(api.chat.completions.create(model="standin-model", messages=[], stream=True,
+                                                      extra_body={"standin": {"tokens": 3,
+                                                                              "refuse_continuous_usage": True}}))
+            assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) == 3
+        bodies = [served.body for served in stack.engine.served]
+        # First the proxy's ask (refused), then the client's own body; after that, never asked again.
+        assert [("stream_options" in b) for b in bodies] == [True, False, False]
+        assert stack.context.stream_usage is False
+        assert stack.wait_request_span(2).attributes["llm.request.outcome"] == "success"
+    finally:
+        stack.close()
