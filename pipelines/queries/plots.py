@@ -235,8 +235,12 @@ def prometheus_series(title: str, ylabel: str, series: list[tuple[str, list[tupl
     for label, points in series[:MAX_LINES]:
         ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.4, marker=".",
                 markersize=3)
-    if limit is not None:
+    peak = max((v for _, points in series for _, v in points), default=0.0)
+    far = limit is not None and not ratio and peak > 0 and limit[0] > 3 * peak
+    if limit is not None and not far:
         ax.axhline(limit[0], color=LIMIT_COLOR, linestyle=":", linewidth=1.2, label=limit[1])
+    if far:  # drawn, the limit would squash the data into a flat line at the bottom
+        title += f" (peak {peak:,.3g}, far under the {limit[1]})"
     _mark_stalls(ax, stalls)
     _time_axis(ax, window)
     ax.set_ylim(bottom=0, top=1.05 if ratio else None)

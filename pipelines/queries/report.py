@@ -104,7 +104,8 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
     if len(stalls) > MAX_STALL_SECTIONS:
         skipped.append(f"{len(stalls) - MAX_STALL_SECTIONS} more stalled instance(s) without their own section; "
                        "see the stalls table at the end")
-    head = findings.headline(str(window), impact, settings.slo, stalls, attempts, instance_pool, retries, min_gap_ms)
+    head = findings.headline(_window_text(window), impact, settings.slo, stalls, attempts, instance_pool, retries,
+                             min_gap_ms)
     marks = [(s.at, s.gap_ms) for s in stalls]
     sections: list[Section] = []
 
@@ -166,6 +167,9 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
                                 stall_rows, ["minute", "instance", "requests", "max_gap_ms", "mean_gap_ms",
                                              "first_stall_at", "example_traces"]))
 
+    for section in sections:
+        if section.columns and not section.table:
+            section.text.append("No rows in this window.")
     links = _links(settings, db, window, [*slowest, *stall_rows, *retries, *(n for s in stalls for n in s.neighbors)])
     written = [folder / "report.md", folder / "report.html"]
     written[0].write_text(_markdown(window, head, skipped, sections, links))
