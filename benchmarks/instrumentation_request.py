@@ -15,6 +15,9 @@ Rows, microseconds per request (median over rounds, rows interleaved in each rou
   finish: four spans (request, queue, route, upstream).
 - tracer, engine + N tokens, head-sampled out: the same request when the head ratio drops its
   span (metrics, timeline and sampling decision only).
+- tracer, engine + N tokens, failed: a sampled request that fails (its timeline kept).
+- same, head-dropped, kept by tail: the same failure when the head ratio had dropped the request:
+  the request span is made at the end (issue 18); compare with the two rows above.
 - span + N events: the naive alternative, one span event per token.
 Bounded: rows x requests x rounds requests in total (default 2,500 per row).
 """
@@ -68,9 +71,8 @@ def rows(otel, tracer: RequestTracer, unsampled: RequestTracer, tokens: int):
 
     def engine_tokens():
         req = tracer.start("m", instance="10.0.0.7:8000", pool="stable")
-        token = req.token
         for _ in range(tokens):
-            token()
+            req.token()
         req.finish("stop", input_tokens=812, output_tokens=tokens)
 
     def gateway_tokens():
@@ -78,17 +80,28 @@ def rows(otel, tracer: RequestTracer, unsampled: RequestTracer, tokens: int):
         req.queued()
         req.routed("10.0.0.1:8000", candidates=CANDIDATES, estimated_finish_ms=801.0, prefix_cache_ratio=0.5)
         req.inject({})
-        token = req.token
         for _ in range(tokens):
-            token()
+            req.token()
         req.finish("stop", input_tokens=812, output_tokens=tokens)
 
     def engine_tokens_unsampled():
         req = unsampled.start("m", instance="10.0.0.7:8000", pool="stable")
-        token = req.token
         for _ in range(tokens):
-            token()
+            req.token()
         req.finish("stop", input_tokens=812, output_tokens=tokens)
+
+    def engine_tokens_failed():
+        req = tracer.start("m", instance="10.0.0.7:8000", pool="stable")
+        for _ in range(tokens):
+            req.token()
+        req.fail("upstream_5xx", input_tokens=812, output_tokens=tokens)
+
+    def engine_tokens_unsampled_failed():
+        # Dropped by the head ratio, then failed: the tail decision makes its request span at the end.
+        req = unsampled.start("m", instance="10.0.0.7:8000", pool="stable")
+        for _ in range(tokens):
+            req.token()
+        req.fail("upstream_5xx", input_tokens=812, output_tokens=tokens)
 
     def span_events():
         span = otel.start_span("chat m", attributes=ATTRIBUTES)
@@ -102,6 +115,8 @@ def rows(otel, tracer: RequestTracer, unsampled: RequestTracer, tokens: int):
         f"tracer, engine + {tokens} tokens": engine_tokens,
         f"tracer, gateway + {tokens} tokens": gateway_tokens,
         f"tracer, engine + {tokens} tok, unsampled": engine_tokens_unsampled,
+        f"tracer, engine + {tokens} tok, failed": engine_tokens_failed,
+        "  same, head-dropped, kept by tail": engine_tokens_unsampled_failed,
         f"span + {tokens} events": span_events,
     }
 

@@ -69,6 +69,7 @@ TOKEN_GAP_MAX_MS = "llm.token.gap_max_ms"
 TOKEN_STALL_INDEX = "llm.token.stall_index"  # index of the token after the longest gap
 TOKEN_STALL_OFFSET_MS = "llm.token.stall_offset_ms"  # when the longest gap started, from request start
 SAMPLING_REASON = "llm.sampling.reason"  # slow_ttft, slow_e2e, error, cancelled, timeout, random, not_kept
+SAMPLING_HEAD_DROPPED = "llm.sampling.head_dropped"  # true: head sampling dropped it, the tail decision kept it
 
 # Span names (request spans are named "<operation> <model>" per the GenAI conventions).
 SPAN_GATEWAY_QUEUE = "gateway.queue"

@@ -1,5 +1,11 @@
 """Tail sampling of token timelines: keep the full timeline only for requests that matter.
 
+Head and tail sampling together: the head ratio (an OTel sampler) decides at request start whether
+spans are recorded; a request it dropped that then fails, times out, is cancelled or turns slow is
+still worth its request span and timeline. The tracer then creates that request span at the end,
+carrying its decision reason, and :class:`HeadTailSampler` (which ``setup_tracing`` installs
+around the head sampler) lets exactly such spans through.
+
 A request matters when it errored, timed out or was cancelled, when its TTFT or e2e latency is
 above a rolling p99 of its model, or by a small random share. The rolling p99 comes from a
 log-bucketed histogram per model whose counts halve every ``half_life`` observations: memory is
@@ -13,6 +19,11 @@ import math
 import random
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
+
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+
+from infersight import attributes as attr
 
 # Decision reasons, written as llm.sampling.reason and as the reason label of the timelines counter.
 SLOW_TTFT = "slow_ttft"
@@ -26,6 +37,29 @@ REASONS = (SLOW_TTFT, SLOW_E2E, ERROR, CANCELLED, TIMEOUT, RANDOM, NOT_KEPT)
 
 # Outcomes that always keep their timeline, and the reason they give.
 _OUTCOME_REASONS = {"error": ERROR, "timeout": TIMEOUT, "cancelled": CANCELLED}
+# Reasons that override a head-sampling drop (a random pick does not: it would undo the head ratio).
+OVERRIDES_HEAD = frozenset({SLOW_TTFT, SLOW_E2E, ERROR, CANCELLED, TIMEOUT})
+
+
+class HeadTailSampler(Sampler):
+    """The head sampler, except for request spans that the tail decision keeps.
+
+    A span started with ``llm.sampling.reason`` in :data:`OVERRIDES_HEAD` among its attributes is
+    recorded and sampled whatever ``head`` says; every other span is ``head``'s decision. Only the
+    tracer starts spans with that attribute, at request end, for requests the head ratio dropped.
+    """
+
+    def __init__(self, head: Sampler) -> None:
+        self.head = head
+
+    def should_sample(self, parent_context, trace_id: int, name: str, kind=None, attributes=None,
+                      links: Sequence | None = None, trace_state=None) -> SamplingResult:
+        if attributes and attributes.get(attr.SAMPLING_REASON) in OVERRIDES_HEAD:
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, trace_state)
+        return self.head.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+    def get_description(self) -> str:
+        return f"HeadTailSampler{{{self.head.get_description()}}}"
 
 
 class RollingQuantile:

@@ -153,7 +153,8 @@ class RequestContext:
     __slots__ = ("_tracer", "model", "operation", "instance", "pool", "strategy", "_start_ns", "_start_wall_ns",
                  "_times", "_first_token_ns", "_queued_ns", "_queue_s", "_span", "_recording", "_upstream",
                  "attempt", "_backoff_s", "_summary", "request_id", "_scheduled_ns", "_cached_input_tokens",
-                 "_route_estimate_ms", "_route_cache_ratio", "_provider", "_stream", "_attempt_ns")
+                 "_route_estimate_ms", "_route_cache_ratio", "_provider", "_stream", "_attempt_ns",
+                 "_parent_context", "_start_attributes")
 
     def __init__(self, tracer: RequestTracer, model: str, operation: str, headers: Mapping[str, str] | None,
                  request_id: str | None, instance: str, pool: str, strategy: str, max_tokens: int | None,
@@ -184,7 +185,9 @@ class RequestContext:
             attributes[attr.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
         if stream is not None:
             attributes[attr.GEN_AI_REQUEST_STREAM] = stream
-        self._span = tracer.otel.start_span(f"{operation} {model}", context=extract_context(headers),
+        self._parent_context = extract_context(headers)
+        self._start_attributes = attributes  # for a request span made at the end (head-dropped, tail-kept)
+        self._span = tracer.otel.start_span(f"{operation} {model}", context=self._parent_context,
                                             kind=tracer.span_kind, start_time=self._start_wall_ns,
                                             attributes=attributes)
         self._recording = self._span.is_recording()
@@ -340,7 +343,8 @@ class RequestContext:
         self._times.append(now)
         if self._first_token_ns is None:
             self._first_token_ns = now
-        self.__class__ = _Streaming
+        if self.__class__ is RequestContext:  # (a reference taken before the switch keeps coming here)
+            self.__class__ = _Streaming
 
     def token_sink(self) -> Callable[[int], None]:
         """The raw hot path for tight loops, about 40 ns cheaper per token than :meth:`token`::
@@ -512,6 +516,11 @@ class RequestContext:
             reason = sampling.NOT_KEPT
         else:
             reason = self._tracer.sampler.decide(self.model, outcome, ttft_s, e2e_s)
+            if not self._recording:
+                if reason in sampling.OVERRIDES_HEAD:
+                    self._start_tail_kept_span(reason)  # failed or slow: worth its span after all
+                elif reason == sampling.RANDOM:
+                    reason = sampling.NOT_KEPT  # the head ratio already drew this request's lot
         metrics.timelines.labels(self.model, reason).inc()
         offsets = timeline.offsets_us(times, self._start_ns) if reason != sampling.NOT_KEPT and count else None
 
@@ -533,6 +542,26 @@ class RequestContext:
         self._summary = RequestSummary(outcome, finish_reason, ttft_s, e2e_s, self._queue_s, count, self.attempt + 1,
                                        reason, offsets, self.trace_id)
         return self._summary
+
+    def _start_tail_kept_span(self, reason: str) -> None:
+        """The request span of a request the head ratio dropped and the tail decision keeps.
+
+        Started now with the request's own start time and trace id (the dropped span's, which went
+        upstream in traceparent), as a child of the caller's span when there was one. Its reason
+        attribute is what :class:`~.sampling.HeadTailSampler` lets through; with another sampler in
+        the provider the span is simply dropped again. The children the request never recorded
+        (queue, route, attempts) stay absent; ``llm.sampling.head_dropped`` says why.
+        """
+        parent = self._parent_context
+        if parent is None or not trace.get_current_span(parent).get_span_context().is_valid:
+            parent = trace.set_span_in_context(self._span)
+        span = self._tracer.otel.start_span(
+            f"{self.operation} {self.model}", context=parent, kind=self._tracer.span_kind,
+            start_time=self._start_wall_ns,
+            attributes={**self._start_attributes, attr.SAMPLING_REASON: reason, attr.SAMPLING_HEAD_DROPPED: True,
+                        attr.REQUEST_ID: self.request_id})
+        if span.is_recording():
+            self._span, self._recording = span, True
 
     def _record_engine_phases(self, first_ns: int | None, end_ns: int, token_count: int) -> None:
         parent = trace.set_span_in_context(self._span)

@@ -30,10 +30,12 @@ from urllib.parse import urlparse
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import sampling as otel_sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from prometheus_client import CollectorRegistry
 
+from infersight.instrumentation.sampling import HeadTailSampler
 from infersight.signals import request
 
 log = logging.getLogger(__name__)
@@ -288,7 +290,11 @@ def setup_tracing(service_name: str | None = None, *, protocol: str | None = Non
         "span_limits": SpanLimits(max_events=events, max_span_attributes=span_attributes),
     }
     if head_ratio is not None:
-        provider_args["sampler"] = ParentBased(TraceIdRatioBased(head_ratio))
+        head = ParentBased(TraceIdRatioBased(head_ratio))
+    else:
+        head = otel_sampling._get_from_env_or_default()  # what TracerProvider() itself would pick
+    # A request the head drops that then fails or turns slow still gets its request span (sampling.py).
+    provider_args["sampler"] = HeadTailSampler(head)
     provider = TracerProvider(**provider_args)
     registry = registry if registry is not None else CollectorRegistry()
     target = endpoint or _env_endpoint() or "the OTLP default endpoint"

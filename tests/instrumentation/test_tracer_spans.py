@@ -265,11 +265,13 @@ def test_head_ratio_zero_records_no_spans_but_all_metrics():
             req.token()
             summary = req.finish("stop")
     assert traced.spans() == []
-    assert summary.timeline_kept  # the decision still stands (and is counted) without a span
+    # A random pick does not override the head ratio (it already drew this request's lot), so the
+    # timelines counter says what was stored: nothing. Failed or slow ones would (test_head_tail_sampling).
+    assert not summary.timeline_kept and summary.sampling_reason == "not_kept"
     labels = dict(model=MODEL, instance="e0", pool="", strategy="")
     assert traced.metric("llm_requests_total", outcome="success", **labels) == 3
     assert traced.metric("llm_time_to_first_token_seconds_count", **labels) == 3
-    assert traced.metric("infersight_tracing_timelines_total", model=MODEL, reason="random") == 3
+    assert traced.metric("infersight_tracing_timelines_total", model=MODEL, reason="not_kept") == 3
 
 
 def test_engine_phases_make_queue_prefill_and_decode_spans():
