@@ -7,6 +7,8 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from infersight.exposition import without_created
+
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """Split ``HOST:PORT`` (``127.0.0.1:9835``); raise ValueError with a usable message."""
@@ -23,4 +25,4 @@ def serve(registry: CollectorRegistry, listen: str) -> tuple[WSGIServer, threadi
     and its thread.
     """
     host, port = parse_listen(listen)
-    return start_http_server(port, addr=host, registry=registry)
+    return start_http_server(port, addr=host, registry=without_created(registry))

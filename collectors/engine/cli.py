@@ -77,9 +77,10 @@ def run(args, config) -> int:
 
 
 def _once(collector, fmt: str) -> int:
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import CollectorRegistry
 
     from infersight.commands.output import render
+    from infersight.exposition import generate
 
     cycle = collector.run_cycle()
     if cycle.file_sd_error:
@@ -87,7 +88,7 @@ def _once(collector, fmt: str) -> int:
     if fmt == "prom":
         registry = CollectorRegistry()
         registry.register(_Frozen(cycle.families))
-        sys.stdout.write(generate_latest(registry).decode())
+        sys.stdout.write(generate(registry).decode())
     else:
         print(render([r.row() for r in cycle.results], fmt,
                      ["instance", "engine", "up", "series", "seconds", "error", "detail"]))

@@ -82,15 +82,16 @@ class _Frozen:
 
 
 def _once(collector, fmt: str) -> int:
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import CollectorRegistry
 
     from infersight.commands.output import render
+    from infersight.exposition import generate
 
     results = collector.scrape()
     if fmt == "prom":
         registry = CollectorRegistry()
         registry.register(_Frozen(collector.families(results)))
-        sys.stdout.write(generate_latest(registry).decode())
+        sys.stdout.write(generate(registry).decode())
     else:
         print(render([r.row() for r in results], fmt, ["source", "kind", "up", "series", "seconds", "error",
                                                       "detail"]))

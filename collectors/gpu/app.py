@@ -13,12 +13,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prometheus_client import generate_latest
-
 from infersight.collectors.exporter import serve
 from infersight.collectors.gpu.collector import build_registry
 from infersight.collectors.gpu.readings import Backend, DeviceDown, DeviceReading
 from infersight.collectors.gpu.sampler import Sampler, Snapshot
+from infersight.exposition import generate
 
 
 class GPUExporter:
@@ -56,7 +55,7 @@ class GPUExporter:
         return self.sampler.sample_once()
 
     def exposition(self) -> str:
-        return generate_latest(self.registry).decode()
+        return generate(self.registry).decode()
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per GPU from the last snapshot: the --once table/json/csv output."""

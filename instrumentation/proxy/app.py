@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from yarl import URL
 
+from infersight.exposition import CONTENT_TYPE_LATEST, generate
 from infersight.instances import instance_name
 from infersight.instrumentation.proxy import errors, passthrough
 from infersight.instrumentation.proxy.deadlines import Timeouts
@@ -89,7 +89,7 @@ def build_app(context: ProxyContext) -> web.Application:
         await context.session.close()
 
     async def metrics(request: web.Request) -> web.Response:
-        body = await asyncio.to_thread(generate_latest, context.tracer.registry)
+        body = await asyncio.to_thread(generate, context.tracer.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def forward(request: web.Request) -> web.StreamResponse:

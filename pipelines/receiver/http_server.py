@@ -13,8 +13,8 @@ import zlib
 from aiohttp import web
 from google.protobuf import json_format
 from google.rpc import status_pb2
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from infersight.exposition import CONTENT_TYPE_LATEST, generate
 from infersight.pipelines.receiver import otlp
 from infersight.pipelines.receiver.intake import Answer, Intake, Kind
 
@@ -62,7 +62,7 @@ def build_app(intake: Intake, max_body_bytes: int) -> web.Application:
         return _answer(await intake.export("http", body, as_json), as_json)
 
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(intake.metrics.registry),
+        return web.Response(body=generate(intake.metrics.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthy(request: web.Request) -> web.Response:
