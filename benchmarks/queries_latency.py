@@ -13,6 +13,13 @@ Then it times, through clickhouse-connect over HTTP as the CLI does, the median 
   neighbours on an instance at one second   100 ms    instance and timings parsed from SpanAttributes
 
 Run:  .venv/bin/python benchmarks/queries_latency.py [--spans 1000000] [--runs 15]
+      .venv/bin/python benchmarks/queries_latency.py --sizes 1000000 3000000 10000000   (growth, issue 18)
+
+With --sizes, the growth mode loads the same traffic density (the first size per 12 hours, every
+10th span with a 100-token timeline) for longer and longer, sizes in increasing order, each adding to the
+one before; after each load it times every library question on the same trace, instance and
+windows (in the first 12 hours), prints each latency per size and its growth factor against the
+first size, and how long each load took (stop at the size that no longer loads in time).
 Prints the load time, each median in ms, before/after ratios and whether each goal is met.
 
 Measured on the 2-core development machine (shared with other jobs, so +-50% between runs), 1M spans
@@ -34,6 +41,7 @@ import tempfile
 import time
 
 from infersight import attributes as attr
+from infersight.config import Retention
 from infersight.pipelines.clickhouse_server import ClickHouseServer
 from infersight.pipelines.queries import library
 from infersight.pipelines.schema import ddl, migrations
@@ -46,9 +54,13 @@ GAP_US = 25_000
 STALL_US = 2_000_000
 
 
-def generate_spans(database: str, spans: int, start: dt.datetime, hours: float) -> str:
-    """INSERT ... SELECT that produces Collector-style request spans (attribute values as text)."""
-    step_us = int(hours * 3600e6 / spans)
+def generate_spans(database: str, spans: int, start: dt.datetime, hours: float, first: int = 0,
+                   step_us: int | None = None) -> str:
+    """INSERT ... SELECT that produces Collector-style request spans (attribute values as text).
+
+    Spans ``first`` .. ``first + spans - 1``, ``step_us`` apart from ``start`` (default: ``hours`` / spans).
+    """
+    step_us = step_us or int(hours * 3600e6 / spans)
     k = literal
     return f"""
 INSERT INTO `{database}`.otel_traces (Timestamp, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind,
@@ -78,7 +90,7 @@ FROM (
                {k(attr.GEN_AI_USAGE_OUTPUT_TOKENS)}, toString(tokens), {k(attr.TOKEN_GAP_MAX_MS)}, toString(gap_max_ms),
                {k(attr.TOKEN_STALL_OFFSET_MS)}, toString(ttft_ms + {TOKENS // 2 - 1} * {GAP_US / 1000}),
                {k(attr.REQUEST_ID)}, toString(n)) AS attrs
-    FROM numbers({spans})
+    FROM numbers({first}, {spans})
 )"""
 
 
@@ -148,17 +160,81 @@ def median_ms(action, runs: int) -> float:
     return statistics.median(times)
 
 
+GROWTH_QUESTIONS = (
+    # (name, goal ms, kind): point lookups should grow <= 2x from 1M to 10M; window scans stay within goal.
+    ("one trace + its token timeline", 20, "point"),
+    ("neighbours on an instance at one second", 100, "point"),
+    ("slowest 20 in a 10-minute window", 50, "window"),
+    ("TTFT p50/p95/p99 per minute, 1 hour", 30, "window"),
+    ("stall finder over an hour (gap > 1 s)", 300, "window"),
+)
+
+
+def growth(server: ClickHouseServer, args) -> int:
+    client = server.client(send_receive_timeout=900)
+    db = "bench_growth"
+    client.command(f"DROP DATABASE IF EXISTS `{db}` SYNC")
+    # Retention longer than the loaded history: no TTL merge may drop the oldest timelines mid-run.
+    migrations.migrate(client, SchemaOptions(database=db, retention=Retention(traces_days=60, tokens_days=60)))
+    step_us = int(12 * 3600e6 / min(args.sizes))  # the first size fills 12 hours; the others go on at that rate
+    start = (dt.datetime.now(dt.UTC).replace(tzinfo=None)
+             - dt.timedelta(microseconds=step_us * max(args.sizes))).replace(microsecond=0)
+    middle = start + dt.timedelta(hours=6)
+    window10, hour = (middle, middle + dt.timedelta(minutes=10)), (middle, middle + dt.timedelta(hours=1))
+    loaded, trace, table = 0, None, {}
+    for size in sorted(args.sizes):
+        begin = time.perf_counter()
+        client.command(generate_spans(db, size - loaded, start, 0, first=loaded, step_us=step_us))
+        load_s = time.perf_counter() - begin
+        loaded = size
+        tokens = client.query(f"SELECT count() FROM `{db}`.llm_token_timelines").result_rows[0][0]
+        parts, disk = client.query("SELECT count(), sum(bytes_on_disk) FROM system.parts WHERE database = {db:String} "
+                                   "AND active", parameters={"db": db}).result_rows[0]
+        print(f"{size:>12,} request spans ({tokens:,} kept timelines, {tokens * TOKENS:,} token rows through the view; "
+              f"{parts} active parts, {disk / size:.0f} B on disk per request span): added in {load_s:.1f} s",
+              flush=True)
+        if trace is None:
+            trace = client.query(f"SELECT TraceId FROM `{db}`.otel_traces WHERE Timestamp >= {{t:DateTime64(9)}} AND "
+                                 f"mapContains(SpanAttributes, {literal(attr.TOKEN_OFFSETS_US)}) LIMIT 1",
+                                 parameters={"t": middle}).result_rows[0][0]
+        actions = {
+            "one trace + its token timeline": lambda t=trace: (library.trace_spans(client, db, t),
+                                                              library.token_timeline(client, db, t)),
+            "neighbours on an instance at one second": lambda: library.neighbors(client, db, "i-7", middle),
+            "slowest 20 in a 10-minute window": lambda: library.slowest(client, db, *window10, limit=20),
+            "TTFT p50/p95/p99 per minute, 1 hour": lambda: library.percentiles(client, db, *hour),
+            "stall finder over an hour (gap > 1 s)": lambda: library.window_stalls(client, db, *hour,
+                                                                                     min_gap_ms=1000.0),
+        }
+        table[size] = {name: median_ms(action, args.runs) for name, action in actions.items()}
+    sizes = sorted(table)
+    print(f"\nmedian of {args.runs} runs, ms (client over HTTP, unmerged parts as loaded); growth x against "
+          f"{sizes[0]:,}")
+    print(f"{'question':44}{'goal':>6}" + "".join(f"{size:>14,}" for size in sizes) + f"{'growth':>9}  met")
+    for name, goal, kind in GROWTH_QUESTIONS:
+        values = [table[size][name] for size in sizes]
+        factor = values[-1] / values[0]
+        met = all(v <= goal for v in values) and (kind != "point" or factor <= 2.0)
+        print(f"{name:44}{goal:>6}" + "".join(f"{v:>14.1f}" for v in values) + f"{factor:>8.2f}x  "
+              f"{'yes' if met else 'NO'} ({kind})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spans", type=int, default=1_000_000, help="request spans (default 1M; tokens = spans * 10)")
     parser.add_argument("--hours", type=float, default=12.0, help="time they are spread over (default 12)")
     parser.add_argument("--runs", type=int, default=15, help="timed runs per query (median reported)")
     parser.add_argument("--data-dir", help="ClickHouse data folder (default: a temporary one)")
+    parser.add_argument("--sizes", type=int, nargs="+", metavar="SPANS",
+                        help="growth mode: request spans after each load, e.g. 1000000 3000000 10000000")
     args = parser.parse_args(argv)
+    if args.sizes and (min(args.sizes) < 10_000 or len(set(args.sizes)) != len(args.sizes)):
+        parser.error("--sizes: distinct sizes of at least 10000 request spans")
 
     server = ClickHouseServer(args.data_dir or tempfile.mkdtemp(prefix="infersight-bench-")).start()
     try:
-        return run(server, args)
+        return growth(server, args) if args.sizes else run(server, args)
     finally:
         server.stop()
 
