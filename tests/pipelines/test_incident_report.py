@@ -193,3 +193,16 @@ def test_unusable_out_is_one_clear_line(store, tmp_path, capsys, make, message):
     out, err = capsys.readouterr()
     assert code == 1 and message in err and "Traceback" not in err and out == ""
     assert (tmp_path / "a-file").read_text() == "keep me"
+
+
+def test_report_summary_as_json_for_scripts(store, tmp_path, capsys):
+    dsn, data = store
+    out = tmp_path / "json"
+    assert _report(dsn, data, out, "--format", "json") == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["facts"]["Instance"] == "i-2" and body["facts"]["Duration"] == "3.0 s"
+    assert body["headline"].startswith("Decoding stalled on i-2") and len(body["also"]) == 2
+    assert any(line.startswith("the GPU and queue section") for line in body["skipped"])
+    assert {p.rsplit("/", 1)[-1] for p in body["files"]} >= {"report.html", "report.md", "attempts.png"}
+    assert _report(dsn, data, out, "--grafana", "grafana:3000") == 1
+    assert "--grafana 'grafana:3000' is not a URL" in capsys.readouterr().err
