@@ -56,6 +56,7 @@ class SimEngine:
         self.network_jitter = 0.0  # share of attempts to this host that break
         self.network_delay_s = 0.0
         self.up = False
+        self.draining = False  # a deploy drains it: the gateway sends it nothing new
         self.down_until = 0.0
         self.started_at = 0.0
         self.compute_share = 0.0

@@ -35,17 +35,25 @@ def restart(fleet: Fleet, event: Event, down_s: float = 60.0) -> None:
 
 
 def rollout(fleet: Fleet, event: Event, waves: int = 4, wave_interval_s: float = 120.0, down_s: float = 90.0,
-            slowdown: float = 1.0, prefill_slowdown: float = 1.0) -> None:
-    """A rolling deploy in ``waves``: each wave restarts into the new build (``slowdown``: its regression)."""
+            drain_s: float = 60.0, slowdown: float = 1.0, prefill_slowdown: float = 1.0) -> None:
+    """A rolling deploy in ``waves``: each wave drains (no new requests for ``drain_s``), then restarts
+    into the new build (``slowdown``, ``prefill_slowdown``: its regression)."""
     engines = _targets(fleet, event)
     size = math.ceil(len(engines) / waves)
     for wave in range(waves):
         group = engines[wave * size:(wave + 1) * size]
-        fleet.later(wave * wave_interval_s, lambda g=group: _deploy(fleet, g, down_s, slowdown, prefill_slowdown))
+        fleet.later(wave * wave_interval_s, lambda g=group: _drain(g))
+        fleet.later(wave * wave_interval_s + drain_s,
+                    lambda g=group: _deploy(fleet, g, down_s, slowdown, prefill_slowdown))
+
+
+def _drain(engines: list[SimEngine]) -> None:
+    for engine in engines:
+        engine.draining = True
 
 
 def _deploy(fleet: Fleet, engines: list[SimEngine], down_s: float, slowdown: float, prefill_slowdown: float) -> None:
-    for engine in engines:
+    for engine in engines:  # still draining: the gateway deregistered it until it joins again
         engine.slowdown = slowdown
         engine.prefill_slowdown = prefill_slowdown
         fleet.restart(engine, down_s)

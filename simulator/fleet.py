@@ -122,6 +122,7 @@ class Fleet:
             if t0 >= engine.down_until:
                 self._restarts.remove(engine)
                 engine.start(t0, cold=True)
+                engine.draining = False
                 self.gateway.join(engine, t0, self.epoch, cold=True)
         for traffic, r0, r1, a, b in list(self._ramps):
             share = min(1.0, (t0 - r0) / (r1 - r0)) if r1 > r0 else 1.0

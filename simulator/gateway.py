@@ -3,8 +3,9 @@
 Each model has pools (stable, canary ...), each with its own strategy. An instance takes at most
 ``max_in_flight`` requests; beyond that requests wait in the pool's queue, and beyond
 ``queue_limit`` they are turned away with a 503. Active health checks probe each instance every
-``health_interval_s``: a probe fails when the instance is down, the network to it drops the probe,
-or its first token would come later than ``probe_timeout_s``. ``fail_threshold`` failures in a row
+``health_interval_s``: a probe fails when the instance is down or the network to it drops the
+probe, and, where the gateway probes with a tiny completion (``probe_timeout_s``), when its first
+token would come later than that. ``fail_threshold`` failures in a row
 eject it; a passing probe after ``eject_s`` makes it half-open (a trickle of traffic), and
 ``recover_checks`` passing probes bring it back; a failure while half-open ejects it again.
 A broken attempt is retried once on another instance by the gateway itself.
@@ -35,7 +36,9 @@ class GatewayPolicy(BaseModel):
     queue_limit: int = Field(400, ge=0, description="requests one pool's queue holds before 503s")
     request_timeout_s: float = Field(90.0, gt=0, description="the gateway gives up on a request after this")
     health_interval_s: float = Field(5.0, gt=0)
-    probe_timeout_s: float = Field(2.0, gt=0, description="a probe whose first token takes longer fails")
+    probe_timeout_s: float | None = Field(
+        None, gt=0, description="probe with a tiny completion whose first token must come within this; "
+                                "None: probe /health, which answers while the engine lives, however loaded")
     fail_threshold: int = Field(3, gt=0)
     eject_s: float = Field(30.0, gt=0)
     recover_checks: int = Field(2, gt=0)
@@ -143,7 +146,7 @@ class Gateway:
         out = []
         for e in pool.engines:
             h = self.health.get(e.instance)
-            if h is None or e.instance == exclude or self.in_flight[e.instance] >= cap:
+            if h is None or e.draining or e.instance == exclude or self.in_flight[e.instance] >= cap:
                 continue
             if h.state in (HEALTHY, COLD) or (h.state == HALF_OPEN and self.rng.random() < self.policy.half_open_share):
                 out.append(e)
@@ -243,7 +246,8 @@ class Gateway:
             return False
         if engine.network_jitter and self.rng.random() < engine.network_jitter:
             return False
-        return engine.probe_seconds(now) + engine.network_delay_s <= self.policy.probe_timeout_s
+        limit = self.policy.probe_timeout_s
+        return limit is None or engine.probe_seconds(now) + engine.network_delay_s <= limit
 
     def _health_checks(self, now: float) -> None:
         p = self.policy

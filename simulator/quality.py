@@ -46,6 +46,7 @@ class Row:
     deadline_minute: float | None  # onset + within_minutes
     onset_minute: float | None
     known_failure: str | None = None
+    allowed: str | None = None  # why it may fire (scenario's may_fire)
 
     @property
     def after_onset(self) -> float | None:
@@ -57,7 +58,7 @@ class Row:
     def ok(self) -> bool:
         if self.expected:
             return self.fired_minute is not None and self.fired_minute <= self.deadline_minute
-        return self.fired_minute is None  # an unexpected alert at warning or above is a failure
+        return self.fired_minute is None or self.allowed is not None  # anything else at warning+ fails
 
 
 @dataclass
@@ -135,9 +136,16 @@ def judge(scenario: Scenario, fired: dict[tuple[str, str], float]) -> Result:
         expected.add(key)
         result.rows.append(Row(e.alert, e.severity.value, True, fired.get(key), onset + e.within_minutes, onset,
                                e.known_failure))
+    allowed = {(a.alert, a.severity.value): a.reason for a in scenario.may_fire}
+    false_alarms = {(a.alert, a.severity.value): a.reason for a in scenario.known_false_alarms}
+    for key, reason in false_alarms.items():
+        if key not in fired:
+            result.rows.append(Row(*key, False, None, None, onset, known_failure=reason))
     for (alert, severity), minute in sorted(fired.items()):
-        if (alert, severity) not in expected and severity in PAGING:
-            result.rows.append(Row(alert, severity, False, minute, None, onset))
+        key = (alert, severity)
+        if key not in expected and severity in PAGING:
+            result.rows.append(Row(alert, severity, False, minute, None, onset, known_failure=false_alarms.get(key),
+                                   allowed=allowed.get(key)))
     return result
 
 
@@ -161,7 +169,7 @@ def run(scenario: Scenario, config: Config, workdir: Path | None = None,
 def _cell(row: Row) -> str:
     if row.fired_minute is None:
         return "did not fire"
-    return f"+{row.after_onset:g} min" if row.onset_minute is not None else f"minute {row.fired_minute:g}"
+    return f"{row.after_onset:+g} min" if row.onset_minute is not None else f"minute {row.fired_minute:g}"
 
 
 def table(results: list[Result]) -> str:
@@ -174,7 +182,9 @@ def table(results: list[Result]) -> str:
             lines.append(f"| {name} | (none at warning or above) | | | | ok |")
         for row in result.rows:
             deadline = f"+{row.deadline_minute - row.onset_minute:g} min" if row.expected else "must not fire"
-            if row.ok:
+            if row.allowed:
+                deadline, verdict = "may fire", f"ok: {row.allowed}"
+            elif row.ok:
                 verdict = "ok"
             elif row.known_failure:
                 verdict = f"known failure: {row.known_failure}"

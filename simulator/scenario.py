@@ -61,6 +61,14 @@ class Expect(Strict):
     known_failure: str | None = Field(None, description="why our rule misses this today (an xfail, strict)")
 
 
+class Allowance(Strict):
+    """An alert that fires in this scenario although the scenario does not require it, and why."""
+
+    alert: str
+    severity: Severity
+    reason: str
+
+
 class Scenario(Strict):
     name: str
     title: str
@@ -75,6 +83,9 @@ class Scenario(Strict):
     clients: ClientPolicy = ClientPolicy()
     events: list[Event] = Field(default_factory=list)
     expect: list[Expect] = Field(default_factory=list)
+    may_fire: list[Allowance] = Field(default_factory=list, description="legitimate consequences, not required")
+    known_false_alarms: list[Allowance] = Field(
+        default_factory=list, description="alerts a known rule defect fires here (strict xfails: they must stop)")
     magnitudes: dict[str, Any] = Field(default_factory=dict, description="what the incident looked like")
 
     @model_validator(mode="after")
