@@ -265,8 +265,7 @@ class Gateway:
                 h.failures = 0
                 h.passes += 1
                 if h.state == HALF_OPEN and h.passes >= p.recover_checks:
-                    young = now - engine.started_at < p.warm_after_s
-                    self._set(engine, COLD if young else HEALTHY)
+                    self._set(engine, HEALTHY)  # back in full rotation
                 elif h.state == COLD and now - engine.started_at >= p.warm_after_s:
                     self._set(engine, HEALTHY)
             else:
