@@ -91,6 +91,8 @@ def settings(dedup_token: str | None = None, threads: int = 1) -> dict[str, str]
         "deduplicate_blocks_in_dependent_materialized_views": "1",
         # The views (trace lookup, token events, rollup) run side by side instead of one after another.
         "parallel_view_processing": "1",
+        # Go's encoding/json (the Collector's AsString) leaves '/' alone; ClickHouse escapes it by default.
+        "output_format_json_escape_forward_slashes": "0",
     }
     if threads > 1:
         # The Protobuf input is parsed by one thread; flattening, rendering, the views and the parts
@@ -164,10 +166,11 @@ def _render(v: str) -> str:
     return (f"multiIf(notEmpty({v}.string_value), {v}.string_value[1], "
             f"notEmpty({v}.int_value), toString({v}.int_value[1]), "
             f"notEmpty({v}.bool_value), if({v}.bool_value[1], 'true', 'false'), "
-            f"notEmpty({v}.double_value), toString({v}.double_value[1]), "
+            f"notEmpty({v}.double_value), {_double(v + '.double_value[1]')}, "
             f"notEmpty({v}.array_value), {_render_array(v + '.array_value[1].values')}, "
+            # Go's encoding/json writes a map's keys sorted, as AsString() of a map does.
             f"notEmpty({v}.kvlist_value), concat('{{', arrayStringConcat(arrayMap(p -> concat(toJSONString(p.key), "
-            f"':', {_scalar_json('p.value')}), {v}.kvlist_value[1].values), ','), '}}'), "
+            f"':', {_scalar_json('p.value')}), arraySort(p -> p.key, {v}.kvlist_value[1].values)), ','), '}}'), "
             f"notEmpty({v}.bytes_value), base64Encode({v}.bytes_value[1]), '')")
 
 
@@ -182,8 +185,14 @@ def _scalar_json(v: str) -> str:
     return (f"multiIf(notEmpty({v}.string_value), toJSONString({v}.string_value[1]), "
             f"notEmpty({v}.int_value), toString({v}.int_value[1]), "
             f"notEmpty({v}.bool_value), if({v}.bool_value[1], 'true', 'false'), "
-            f"notEmpty({v}.double_value), toString({v}.double_value[1]), "
+            f"notEmpty({v}.double_value), {_double(v + '.double_value[1]')}, "
             f"notEmpty({v}.bytes_value), toJSONString(base64Encode({v}.bytes_value[1])), 'null')")
+
+
+def _double(x: str) -> str:
+    """A float as Go's encoding/json writes it: ClickHouse's shortest form plus the exponent sign Go adds
+    (1e21 -> 1e+21; negative exponents already match: 1e-7)."""
+    return f"replaceRegexpOne(toString({x}), 'e([0-9])', 'e+\\\\1')"
 
 
 def _literal(text: str) -> str:

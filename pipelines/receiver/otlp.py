@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import decimal
 import json
+import math
 from dataclasses import dataclass
 
 from google.protobuf import json_format
@@ -160,26 +162,63 @@ def _truncate_attributes(attributes, max_length: int) -> int:
 
 
 def render_any_value(value) -> str:
-    """An AnyValue as the OTel Collector's ``Value.AsString()`` writes it (JSON for arrays and maps)."""
+    """An AnyValue as the OTel Collector's exporter writes it: pdata's ``Value.AsString()``.
+
+    Strings as they are, integers in decimal, booleans true/false, floats as Go's encoding/json writes
+    them (shortest form, exponent only below 1e-6 or from 1e21: ``1e+21``, ``1e-7``), bytes as base64,
+    arrays and maps as JSON (map keys sorted, no HTML escaping), any depth.
+    """
     kind = value.WhichOneof("value")
     if kind == "string_value":
         return value.string_value
-    if kind in (None, "array_value", "kvlist_value"):
-        return json.dumps(_raw(value), separators=(",", ":"), ensure_ascii=False)
-    return json.dumps(_raw(value))
-
-
-def _raw(value):
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return [_raw(v) for v in value.array_value.values]
-    if kind == "kvlist_value":
-        return {kv.key: _raw(kv.value) for kv in value.kvlist_value.values}
+    if kind == "int_value":
+        return str(value.int_value)
+    if kind == "bool_value":
+        return "true" if value.bool_value else "false"
+    if kind == "double_value":
+        return go_float(value.double_value)
     if kind == "bytes_value":
         return base64.b64encode(value.bytes_value).decode()
+    if kind in ("array_value", "kvlist_value"):
+        return _json(value)
+    return ""
+
+
+def go_float(number: float) -> str:
+    """``float64AsString`` of pdata (the ES6 number formatting of Go's encoding/json)."""
+    if math.isnan(number):
+        return "json: unsupported value: NaN"
+    if math.isinf(number):
+        return "json: unsupported value: " + ("+Inf" if number > 0 else "-Inf")
+    digits = decimal.Decimal(repr(number)).normalize()
+    magnitude = abs(number)
+    if magnitude != 0 and (magnitude < 1e-6 or magnitude >= 1e21):
+        sign, figures, exponent = digits.as_tuple()
+        exponent += len(figures) - 1
+        mantissa = str(figures[0]) + ("." + "".join(map(str, figures[1:])) if len(figures) > 1 else "")
+        return f"{'-' if sign else ''}{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}".replace("e-0", "e-")
+    return format(digits, "f")
+
+
+def _json(value) -> str:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return "[" + ",".join(_json(v) for v in value.array_value.values) + "]"
+    if kind == "kvlist_value":
+        pairs = {kv.key: kv.value for kv in value.kvlist_value.values}
+        return "{" + ",".join(f"{_json_string(k)}:{_json(pairs[k])}" for k in sorted(pairs, key=str.encode)) + "}"
+    if kind == "string_value":
+        return _json_string(value.string_value)
+    if kind == "bytes_value":
+        return _json_string(base64.b64encode(value.bytes_value).decode())
     if kind is None:
-        return None
-    return getattr(value, kind)
+        return "null"
+    return render_any_value(value)
+
+
+def _json_string(text: str) -> str:
+    # Go escapes U+2028/U+2029 even without HTML escaping; json.dumps leaves them.
+    return json.dumps(text, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def _hex_ids_to_base64(document: dict) -> None:
