@@ -9,6 +9,10 @@
 The alerts read: ``llm_instance_state`` (one-hot by state) for ejection cascades,
 ``llm_instance_state_transitions_total`` for flapping, ``llm_instance_start_time_seconds`` with
 ejections for cold-start thrash, ``llm_health_check_failures_total`` over ``llm_health_checks_total``.
+
+An instance's counters exist at 0 from the moment the gateway first reports it (every state
+transition pair, ejections, health checks), as DESIGN 8 asks: a counter whose label set appeared
+only at its first event would start at 1, and ``increase()`` reads that first ejection as 0.
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ class GatewayHealth:
             previous = self._current.get(key)
             if previous == state:
                 return previous
+            if previous is None:
+                self._create_counters(model, instance, pool)
             self._current[key] = state
             for candidate in STATES:
                 self.state.labels(model, instance, pool, candidate).set(1.0 if candidate == state else 0.0)
@@ -70,6 +76,16 @@ class GatewayHealth:
             if state == EJECTED:
                 self.ejections.labels(model, instance, pool).inc()
         return previous
+
+    def _create_counters(self, model: str, instance: str, pool: str) -> None:
+        """Every counter of a newly seen instance, at 0 (labels() creates a child at 0)."""
+        for source in STATES:
+            for target in STATES:
+                if source != target:
+                    self.transitions.labels(model, instance, pool, source, target)
+        self.ejections.labels(model, instance, pool)
+        self.checks.labels(model, instance, pool)
+        self.check_failures.labels(model, instance, pool)
 
     def health_check(self, instance: str, ok: bool, *, model: str = "", pool: str = "") -> None:
         """One health-check result for ``instance``."""

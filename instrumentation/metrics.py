@@ -85,7 +85,7 @@ class LabelBundle:
     """The metric children of one (model, instance, pool, strategy) label set."""
 
     __slots__ = ("labels", "ttft", "tpot", "e2e", "queue_time", "in_flight", "retries", "input_tokens",
-                 "cached_input_tokens", "output_tokens", "_metrics", "_outcomes")
+                 "cached_input_tokens", "output_tokens", "client_retries", "_metrics", "_outcomes")
 
     def __init__(self, metrics: RequestMetrics, labels: tuple[str, str, str, str]) -> None:
         self.labels = labels
@@ -99,7 +99,14 @@ class LabelBundle:
         self.input_tokens = metrics.input_tokens.labels(*labels)
         self.cached_input_tokens = metrics.cached_input_tokens.labels(*labels)
         self.output_tokens = metrics.output_tokens.labels(*labels)
-        self._outcomes: dict[str, object] = {}
+        self.client_retries = metrics.client_retries.labels(*labels)
+        # Every known outcome, timeout kind and rejection reason at 0 from the first request of the
+        # label set on (DESIGN 8): the first error is then an increase, visible to rate().
+        self._outcomes: dict[str, object] = {o: metrics.requests.labels(*labels, o) for o in request.OUTCOMES}
+        for kind in request.TIMEOUT_KINDS:
+            metrics.timeouts.labels(*labels, kind)
+        for reason in request.REJECTION_REASONS:
+            metrics.rejections.labels(*labels, reason)
 
     def outcome(self, outcome: str):
         child = self._outcomes.get(outcome)
@@ -125,6 +132,7 @@ class RequestMetrics:
         self.requests = request.REQUESTS.register(registry)
         self.in_flight = request.IN_FLIGHT.register(registry)
         self.retries = request.RETRIES.register(registry)
+        self.client_retries = request.CLIENT_RETRIES.register(registry)
         self.rejections = request.REJECTIONS.register(registry)
         self.timeouts = request.TIMEOUTS.register(registry)
         self.input_tokens = request.INPUT_TOKENS.register(registry)

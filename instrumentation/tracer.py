@@ -55,13 +55,15 @@ from prometheus_client import CollectorRegistry
 from infersight import attributes as attr
 from infersight.instances import instance_attributes
 from infersight.instrumentation import sampling, timeline
+from infersight.instrumentation.client_retries import ClientRetryDetector
 from infersight.instrumentation.metrics import RequestMetrics
 from infersight.instrumentation.propagation import extract_context, format_traceparent, inject_context
+from infersight.signals import request as request_signals
 
 _now = time.perf_counter_ns
 log = logging.getLogger(__name__)
-OUTCOMES = tuple(attr.Outcome)
-TIMEOUT_KINDS = ("ttft", "total", "idle")
+OUTCOMES = request_signals.OUTCOMES
+TIMEOUT_KINDS = request_signals.TIMEOUT_KINDS
 SCOPE = "infersight.instrumentation"
 
 
@@ -124,6 +126,7 @@ class RequestTracer:
         self.max_timeline_tokens = max_timeline_tokens
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = RequestMetrics(self.registry)
+        self.client_retries = ClientRetryDetector()
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         self.otel = provider.get_tracer(SCOPE)
         self.sampler = sampler if sampler is not None else sampling.TailSampler()
@@ -154,7 +157,7 @@ class RequestContext:
                  "_times", "_first_token_ns", "_queued_ns", "_queue_s", "_span", "_recording", "_upstream",
                  "attempt", "_backoff_s", "_summary", "request_id", "_scheduled_ns", "_cached_input_tokens",
                  "_route_estimate_ms", "_route_cache_ratio", "_provider", "_stream", "_attempt_ns",
-                 "_parent_context", "_start_attributes")
+                 "_parent_context", "_start_attributes", "_client_retry")
 
     def __init__(self, tracer: RequestTracer, model: str, operation: str, headers: Mapping[str, str] | None,
                  request_id: str | None, instance: str, pool: str, strategy: str, max_tokens: int | None,
@@ -178,6 +181,9 @@ class RequestContext:
         self._summary: RequestSummary | None = None
         self._provider, self._stream = provider_name, stream
         self._attempt_ns: int | None = None  # when the current upstream attempt started
+        # A client's retry (SDK retry header, or its idempotency key / request id seen before):
+        # counted at the end, under the instance that served it.
+        self._client_retry = tracer.client_retries.is_retry(headers, request_id)
         attributes: dict[str, Any] = {attr.GEN_AI_OPERATION_NAME: operation, attr.GEN_AI_REQUEST_MODEL: model}
         if provider_name:
             attributes[attr.GEN_AI_PROVIDER_NAME] = provider_name
@@ -489,6 +495,8 @@ class RequestContext:
         # Metrics: every request, sampled or not.
         bundle.in_flight.dec()
         bundle.outcome(outcome).inc()
+        if self._client_retry:
+            bundle.client_retries.inc()
         if outcome == "rejected":
             metrics.rejections.labels(*bundle.labels, rejection_reason).inc()
         else:

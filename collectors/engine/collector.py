@@ -157,8 +157,12 @@ class EngineCollector(Collector):
         if gpus.samples:
             families.append(gpus)
         errors = sig.SCRAPE_ERRORS.family()
-        for (target, reason), count in sorted(self._errors.items()):
-            errors.add_metric([target, reason], count)
+        # Every known reason at 0 for every target, so a first failure is an increase.
+        counts = Counter({(r.target.instance, reason): 0 for r in cycle.results
+                          for reason in sig.SCRAPE_ERROR_REASONS})
+        counts.update(self._errors)
+        for (instance, reason), count in sorted(counts.items()):
+            errors.add_metric([instance, reason], count)
         targets = sig.TARGETS.family()
         targets.add_metric([], len(cycle.results))
         cycle_seconds = sig.COLLECTION_DURATION.family()

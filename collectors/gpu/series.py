@@ -78,7 +78,6 @@ def all_series(sampler: Sampler, backend: Backend, node: str, health: ExporterHe
     now = time.monotonic() if now is None else now
     snapshot = sampler.snapshot
     stale = sampler.is_stale(now)
-    by_index = {identity.index: identity for identity in sampler.devices}
     readings = snapshot.readings if snapshot is not None and not stale else ()
     answered = {r.identity.index: r for r in readings if isinstance(r, DeviceReading)}
     for identity in sampler.devices:
@@ -90,11 +89,11 @@ def all_series(sampler: Sampler, backend: Backend, node: str, health: ExporterHe
             yield from reading_series(labels, reading)
     # XID counts are the collector's own tally of events, so they stay when a GPU is down:
     # XID 79 is exactly what an on-call engineer needs to see next to gpu_up 0.
-    for index, xids in backend.xid_counts().items():
-        identity = by_index.get(index)
-        if identity is None:
-            continue
+    # Known codes are exposed at 0 before their first event (gpu.KNOWN_XIDS), so increase() sees it.
+    counts = backend.xid_counts()
+    for identity in sampler.devices:
         labels = device_labels(node, identity)
+        xids = {xid: 0 for xid in gpu.KNOWN_XIDS} | counts.get(identity.index, {})
         for xid, count in sorted(xids.items()):
             yield gpu.XID_ERRORS, (*labels, str(xid)), float(count)
     yield from health_series(sampler, backend, node, health, now)

@@ -48,6 +48,8 @@ UP = declare("llm_engine_up", Kind.GAUGE, "", ("instance", "engine"),
              PRODUCER)
 SCRAPE_DURATION = declare("llm_engine_scrape_duration_seconds", Kind.GAUGE, "seconds", ("instance", "engine"),
                           "Duration of the last scrape of the engine target.", PRODUCER)
+# Scrape-error reasons; each target exposes all of them at 0 from its first cycle (DESIGN 8).
+SCRAPE_ERROR_REASONS = ("down", "timeout", "malformed", "too_large", "http_status", "unrecognized")
 SCRAPE_ERRORS = declare("infersight_engine_scrape_errors_total", Kind.COUNTER, "", ("instance", "reason"),
                         "Failed engine scrapes by reason (down, timeout, malformed, too_large, http_status, "
                         "unrecognized: no series of a known engine).", PRODUCER)

@@ -4,11 +4,18 @@ TTFT and TPOT buckets follow the OpenTelemetry GenAI semantic conventions
 (gen_ai.server.time_to_first_token, gen_ai.server.time_per_output_token).
 """
 
+from infersight.attributes import Outcome
 from infersight.signals.catalog import Kind, declare
 
 PRODUCER = "instrumentation"
 # instance: the upstream engine instance that served the request (host:port or a name).
 REQUEST_LABELS = ("model", "instance", "pool", "strategy")
+# Enumerated label values. The producers create each label set of these at 0 as soon as they
+# know the (model, instance, pool, strategy) set (DESIGN 8), so the first error, timeout or
+# rejection is an increase from 0 and not a series that appears at 1.
+OUTCOMES = tuple(str(o) for o in Outcome)  # success, error, cancelled, timeout, rejected
+TIMEOUT_KINDS = ("ttft", "total", "idle")
+REJECTION_REASONS = ("overloaded", "rate_limited")  # 503, 429; others appear at their first event
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
@@ -33,6 +40,11 @@ IN_FLIGHT = declare("llm_requests_in_flight", Kind.GAUGE, "", REQUEST_LABELS,
                     "Requests accepted and not yet finished.", PRODUCER)
 RETRIES = declare("llm_retries_total", Kind.COUNTER, "", REQUEST_LABELS,
                   "Retry attempts (attempts after the first).", PRODUCER)
+CLIENT_RETRIES = declare("llm_client_retries_total", Kind.COUNTER, "", REQUEST_LABELS,
+                        "Requests a client sent again after a failure or timeout: a retry header (the OpenAI and "
+                        "other Stainless SDKs' x-stainless-retry-count above 0) or an Idempotency-Key / "
+                        "X-Request-Id seen before. Each is a new request in llm_requests_total too; retry "
+                        "storms count these with the gateway's own retries (llm_retries_total).", PRODUCER)
 REJECTIONS = declare("llm_rejections_total", Kind.COUNTER, "", (*REQUEST_LABELS, "reason"),
                      "Requests rejected without service (HTTP 503/429), by reason.", PRODUCER)
 TIMEOUTS = declare("llm_timeouts_total", Kind.COUNTER, "", (*REQUEST_LABELS, "kind"),

@@ -79,7 +79,9 @@ def test_each_failure_is_isolated_and_reported(server):
     assert (labels["pool"], labels["node"], labels["gpu"], labels["dp_rank"]) == ("stable", "n1", "0", "0")
     errors = {(s.labels["instance"], s.labels["reason"]): s.value for s in samples[sig.SCRAPE_ERRORS.name]}
     assert errors[("slow", "timeout")] == 2 and errors[("refused", "down")] == 2  # two cycles
-    assert not any(target.startswith("good") for target, _ in errors)
+    # Every reason exists at 0 for every target from its first cycle (DESIGN 8): good ones too.
+    assert {errors[("good-vllm", reason)] for reason in sig.SCRAPE_ERROR_REASONS} == {0}
+    assert errors[("slow", "down")] == 0 and set(errors) == {(t, r) for t in reasons for r in sig.SCRAPE_ERROR_REASONS}
     assert samples[sig.TARGETS.name][0].value == len(targets)
     # Only a live target with node and gpu configured gets its GPU-join series.
     assert [(s.labels["instance"], s.labels["node"], s.labels["gpu"], s.labels["model"])
@@ -105,7 +107,9 @@ def test_a_target_that_disappears_loses_its_series(server):
     assert ttft == {"stays"}
     # The engine label of `up` stays what it was while the target was healthy.
     assert {s.labels["engine"] for s in second[sig.UP.name]} == {"vllm"}
-    assert by_target(second, sig.SCRAPE_ERRORS.name) == {"goes": 1.0}
+    errors = {(e.labels["instance"], e.labels["reason"]): e.value for e in second[sig.SCRAPE_ERRORS.name]}
+    assert {k: v for k, v in errors.items() if v} == {("goes", "down"): 1.0}
+    assert errors[("stays", "down")] == 0  # there at 0 before any failure
 
 
 def test_file_sd_is_reloaded_when_it_changes(server, tmp_path):

@@ -84,3 +84,20 @@ def test_bad_state_is_refused_and_changes_nothing():
     assert health.current_state("e0", **WHERE) == "healthy"
     assert value(registry, gateway.INSTANCE_STATE, instance="e0", state="healthy", **WHERE) == 1
     assert value(registry, gateway.INSTANCE_START_TIME, instance="e1", **WHERE) is None  # refused before any write
+
+
+def test_a_new_instance_has_every_counter_at_zero_before_its_first_event():
+    """DESIGN 8: the first ejection or transition must be an increase from 0, visible to increase()."""
+    registry = CollectorRegistry()
+    health = GatewayHealth(registry)
+    health.instance_started("10.0.0.9:8000", **WHERE)
+    labels = dict(instance="10.0.0.9:8000", **WHERE)
+    assert value(registry, gateway.EJECTIONS, **labels) == 0
+    assert value(registry, gateway.HEALTH_CHECKS, **labels) == 0
+    assert value(registry, gateway.HEALTH_CHECK_FAILURES, **labels) == 0
+    pairs = [(a, b) for a in gateway.INSTANCE_STATES for b in gateway.INSTANCE_STATES if a != b]
+    assert [value(registry, gateway.STATE_TRANSITIONS, from_state=a, to_state=b, **labels) for a, b in pairs] == [
+        0] * len(pairs)
+    health.set_state("10.0.0.9:8000", "ejected", **WHERE)
+    assert value(registry, gateway.EJECTIONS, **labels) == 1
+    assert value(registry, gateway.STATE_TRANSITIONS, from_state="cold", to_state="ejected", **labels) == 1

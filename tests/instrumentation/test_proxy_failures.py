@@ -9,9 +9,11 @@ import asyncio
 import json
 import socket
 import time
+import urllib.request
 
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from infersight import attributes as attr
 from infersight.instrumentation.proxy.deadlines import Timeouts
@@ -258,3 +260,27 @@ def test_oversized_non_streaming_answer_is_refused_not_buffered():
             assert len(stream_text(stack, {"tokens": 2000})) > 4096
     finally:
         stack.close()
+
+
+def test_sdk_retries_through_the_proxy_count_as_client_retries(stack):
+    """The real openai client retries a 503 with x-stainless-retry-count: 1; the proxy counts it, so
+    a storm of client retries shows in the retry ratio and not only as more requests."""
+    with openai.OpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=1, timeout=10) as client:
+        with pytest.raises(openai.APIStatusError):
+            client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
+                                           extra_body={"standin": {"status": 503}})
+    assert [s.headers.get("x-stainless-retry-count") for s in stack.engine.served] == ["0", "1"]
+    stack.wait_request_span(2)
+    labels = {"model": MODEL}
+    assert stack.metric(request_signals.REQUESTS, outcome="rejected", **labels) == 2
+    assert stack.metric(request_signals.CLIENT_RETRIES, **labels) == 1
+    # Created at 0 with the label set, before any error of that kind (DESIGN 8).
+    assert stack.metric(request_signals.TIMEOUTS, kind="ttft", **labels) == 0
+    assert ("llm_requests_total", "error") in {(s, o) for s, o in _outcomes(stack)}
+
+
+def _outcomes(stack) -> set[tuple[str, str]]:
+    with urllib.request.urlopen(stack.url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, s.labels["outcome"]) for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == request_signals.REQUESTS.name}

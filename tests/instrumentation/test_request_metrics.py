@@ -103,7 +103,49 @@ def test_real_prometheus_scrapes_the_request_metrics(prometheus_server):
         timeouts = prom.query(request.TIMEOUTS.select(kind="idle", pool="canary"))
         assert float(timeouts[0]["value"][1]) == 4
         outcomes = {r["metric"]["outcome"]: float(r["value"][1]) for r in prom.query(request.REQUESTS.select())}
-        assert outcomes == {"success": 16.0, "timeout": 4.0}
+        # every outcome is there from the first request, at 0 until it happens (DESIGN 8)
+        assert outcomes == {"success": 16.0, "timeout": 4.0, "error": 0.0, "cancelled": 0.0, "rejected": 0.0}
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_label_set_has_every_outcome_timeout_and_rejection_at_zero_from_its_first_request():
+    traced = make_traced()
+    with traced.tracer.start(MODEL, instance="e1", pool="canary", strategy="equal_cost") as req:
+        req.token()
+        req.finish("stop")
+    m = traced.metric
+    assert {o: m(request.REQUESTS.name, outcome=o, **LABELS) for o in request.OUTCOMES} == {
+        "success": 1, "error": 0, "cancelled": 0, "timeout": 0, "rejected": 0}
+    assert [m(request.TIMEOUTS.name, kind=k, **LABELS) for k in request.TIMEOUT_KINDS] == [0, 0, 0]
+    assert [m(request.REJECTIONS.name, reason=r, **LABELS) for r in request.REJECTION_REASONS] == [0, 0]
+    assert m(request.CLIENT_RETRIES.name, **LABELS) == 0
+
+
+def test_client_retries_from_sdk_headers_and_repeated_keys():
+    traced = make_traced()
+
+    def one(headers=None, request_id=None):
+        with traced.tracer.start(MODEL, instance="e1", pool="canary", strategy="equal_cost", headers=headers,
+                                 request_id=request_id) as req:
+            req.finish("stop")
+
+    one({"X-Stainless-Retry-Count": "0"})  # the SDK's first attempt
+    one({"x-stainless-retry-count": "2"})  # its third
+    one({"x-stainless-retry-count": "many"})  # malformed: not a retry, and no error
+    one({"Idempotency-Key": "k-1"})
+    one({"Idempotency-Key": "k-1"})  # the caller's own retry, same key
+    one(request_id="req-7")
+    one(request_id="req-7")
+    assert traced.metric(request.REQUESTS.name, outcome="success", **LABELS) == 7
+    assert traced.metric(request.CLIENT_RETRIES.name, **LABELS) == 3
+
+
+def test_remembered_keys_stay_bounded():
+    from infersight.instrumentation.client_retries import ClientRetryDetector
+
+    detector = ClientRetryDetector(remembered=100)
+    assert not any(detector.is_retry({"x-request-id": f"id-{i}"}) for i in range(1000))
+    assert len(detector._seen) == 100
+    assert detector.is_retry({"x-request-id": "id-999"}) and not detector.is_retry({"x-request-id": "id-0"})

@@ -254,7 +254,7 @@ def test_a_second_ending_is_ignored():
     assert traced.metric("llm_requests_total", model=MODEL, instance="", pool="", strategy="",
                          outcome="success") == 1
     assert traced.metric("llm_requests_total", model=MODEL, instance="", pool="", strategy="",
-                         outcome="cancelled") is None
+                         outcome="cancelled") == 0  # created at 0, never counted
 
 
 def test_head_ratio_zero_records_no_spans_but_all_metrics():
