@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from infersight.alerts.model import Alert, Severity, SignalClass
 from infersight.config import Config
 
-# Per-instance latency alerts that an ejection cascade explains (and so silences) cluster-wide.
+# Per-instance latency alerts that an ejection cascade explains (and so silences) in its pool.
+# The cascade counts instances in their cold start apart, so a cold-start thrash (new instances
+# ejected while warming up) never raises it and stays visible.
 PER_INSTANCE_LATENCY = ("LLMInstanceTTFTP99High", "LLMColdStartThrash")
 CASCADE = "LLMEjectionCascade"
 FLEET_OVERLOAD, INSTANCE_OVERLOAD = "LLMFleetOverloaded", "LLMInstanceOverloaded"
@@ -89,7 +91,7 @@ def inhibit_rules(alerts: Sequence[Alert]) -> list[dict]:
     return [
         {"source_matchers": [f'alertname="{CASCADE}"'],
          "target_matchers": [f'alertname=~"{"|".join(PER_INSTANCE_LATENCY)}"'],
-         "equal": ["cluster"]},
+         "equal": ["cluster", "model", "pool"]},
         {"source_matchers": [f'alertname="{FLEET_OVERLOAD}"'],
          "target_matchers": [f'alertname="{INSTANCE_OVERLOAD}"'],
          "equal": ["cluster", "model"]},

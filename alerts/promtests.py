@@ -3,15 +3,22 @@
 Every case is one test group evaluated at one moment; its expected alerts carry the complete label
 set and the annotations rendered here (see :mod:`infersight.alerts.templates`), so promtool checks
 both the firing logic and every word an on-call engineer will read.
+
+Every case whose input has counters runs twice: as written (counters created at 0, as our
+producers do) and as a *twin* whose counters are absent until their first event and then start at
+their first value, as any producer that does not create its label sets in advance exposes them
+(DESIGN 8). Both must give the same verdict.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from infersight.alerts.limits import Limits
 from infersight.alerts.model import Alert, Case, Expected
 from infersight.alerts.rulefiles import annotations
+from infersight.alerts.series import absent_until_first_event
 from infersight.alerts.templates import check_clear_of_rounding, render
 
 
@@ -22,6 +29,17 @@ def expected_alert(limits: Limits, owner: Alert, expected: Expected) -> dict:
     notes = annotations(limits, alert)
     notes["description"] = render(alert.description, labels, expected.value)
     return {"exp_labels": labels, "exp_annotations": notes}
+
+
+TWIN_SUFFIX = " (counters absent until their first event)"
+
+
+def twin(case: Case) -> Case | None:
+    """The case with counters absent until their first event; None when it has no counter."""
+    series = absent_until_first_event(case.series)
+    if list(series) == list(case.series):
+        return None
+    return dataclasses.replace(case, name=case.name + TWIN_SUFFIX, series=series)
 
 
 def test_group(limits: Limits, alert: Alert, case: Case) -> dict:
@@ -51,5 +69,6 @@ def test_file(limits: Limits, alerts: Sequence[Alert], rule_files: Sequence[str]
     return {
         "rule_files": list(rule_files),
         "evaluation_interval": "1m",
-        "tests": [test_group(limits, alert, case) for alert in alerts for case in alert.cases],
+        "tests": [test_group(limits, alert, c) for alert in alerts for case in alert.cases
+                  for c in (case, twin(case)) if c is not None],
     }

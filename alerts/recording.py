@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from infersight.alerts.limits import Limits
 from infersight.alerts.model import Recording
+from infersight.alerts.promql import events, younger_than
 from infersight.alerts.series import le
 from infersight.signals import Signal, engine, gateway, gpu, request
 
@@ -37,8 +38,9 @@ MODEL_QUEUE_AVG30M = name("model", engine.REQUESTS_WAITING.name, "avg30m")
 NODE_QUEUE_SUM = name("node", engine.REQUESTS_WAITING.name, "sum")
 IN_FLIGHT_SUM = name("model", request.IN_FLIGHT.name, "sum")
 SERVING_INSTANCES = name("model", "llm_instances_serving", "count")
-RETRIES_PER_REQUEST = name("", "llm_retries_per_request", "ratio_rate5m")
-EJECTED_SHARE = name("", "llm_instances_ejected_5m", "ratio")
+RETRIES_PER_REQUEST = name("model", "llm_retries_per_request", "ratio_rate5m")
+EJECTED_COUNT = name(("model", "pool"), "llm_instances_ejected_5m", "count")
+EJECTED_SHARE = name(("model", "pool"), "llm_instances_ejected_5m", "ratio")
 REJECTION_RATIO = name("model", request.REJECTIONS.name, "ratio_rate5m")
 PREFIX_HIT_RATIO = name("model", "llm_prefix_cache_hit", "ratio_rate5m")
 CACHED_INPUT_RATIO = name(INSTANCE_LEVEL, request.CACHED_INPUT_TOKENS.name, "ratio_rate5m")
@@ -69,6 +71,35 @@ def _slo_errors(limits: Limits) -> list[Recording]:
     ]
 
 
+def retries_per_request() -> str:
+    """Gateway re-attempts plus client retries (new requests a client sent again) per request.
+
+    Client retries are requests too, so without them a storm of client retries only grows the
+    denominator. Either term may be absent (no gateway instrumented, no client sends the headers).
+    """
+    gateway_retries = f"sum by (model) ({request.RETRIES.rate()})"
+    client_retries = f"sum by (model) ({request.CLIENT_RETRIES.rate()})"
+    return (f"(({gateway_retries} + {client_retries}) or {gateway_retries} or {client_retries})\n"
+            f"/ sum by (model) ({request.REQUESTS.rate()})")
+
+
+def established_instances(limits: Limits) -> str:
+    """Instances past their cold start, one series per (model, instance, pool).
+
+    New instances count apart (DESIGN 4: cold-start thrash is its own signal): eight new
+    instances ejected while they warm up are not an ejection cascade of the pool.
+    """
+    state, start = gateway.INSTANCE_STATE.select(), gateway.INSTANCE_START_TIME.select()
+    return (f"(group by (model, instance, pool) ({state})\n"
+            f" unless on (model, instance, pool) {younger_than(start, limits.cold_start_minutes * 60)})")
+
+
+def ejected_5m(limits: Limits) -> str:
+    """Established instances ejected within 5 minutes, a first ejection that created the series included."""
+    ejected = f"sum by (model, instance, pool) ({events(gateway.EJECTIONS.select(), '5m')}) > 0"
+    return f"({ejected}\n and on (model, instance, pool) {established_instances(limits)})"
+
+
 def recording_rules(limits: Limits) -> list[Recording]:
     ratio = lambda num_signal, den_signal, by: (  # noqa: E731 - a ratio of two summed rates
         f"sum by ({by}) ({num_signal.rate()}) / sum by ({by}) ({den_signal.rate()})")
@@ -83,11 +114,14 @@ def recording_rules(limits: Limits) -> list[Recording]:
         Recording(NODE_QUEUE_SUM, f"sum by (node) ({engine.REQUESTS_WAITING.select()})"),
         Recording(IN_FLIGHT_SUM, f"sum by (model) ({request.IN_FLIGHT.select()})"),
         Recording(SERVING_INSTANCES, f"count by (model) ({state.select(state='!=ejected')} == 1)"),
-        Recording(RETRIES_PER_REQUEST, f"sum({request.RETRIES.rate()}) / sum({request.REQUESTS.rate()})"),
-        Recording(EJECTED_SHARE,
-                  # "or vector(0)": a healthy fleet reads 0, not "no data".
-                  f"(count(increase({gateway.EJECTIONS.select()}[5m]) > 0) or vector(0)) "
-                  f"/ count(group by (model, instance, pool) ({state.select()}))"),
+        Recording(RETRIES_PER_REQUEST, retries_per_request()),
+        # Per model and pool: 300 healthy instances of another model must not dilute a cascade.
+        # "or 0 * count": a healthy pool reads 0, not "no data".
+        Recording(EJECTED_COUNT, f"count by (model, pool) {ejected_5m(limits)}\n"
+                                 f"or 0 * count by (model, pool) {established_instances(limits)}"),
+        Recording(EJECTED_SHARE, f"(count by (model, pool) {ejected_5m(limits)}\n"
+                                 f"or 0 * count by (model, pool) {established_instances(limits)})\n"
+                                 f"/ count by (model, pool) {established_instances(limits)}"),
         Recording(REJECTION_RATIO, ratio(request.REJECTIONS, request.REQUESTS, "model")),
         Recording(PREFIX_HIT_RATIO, ratio(engine.PREFIX_CACHE_HITS, engine.PREFIX_CACHE_QUERIES, "model")),
         Recording(CACHED_INPUT_RATIO,

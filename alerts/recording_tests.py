@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.alerts.rules.common import MODEL, NODE, POOL, engine_labels, gpu_labels, instance_labels, request_labels
-from infersight.alerts.series import counter, gauge, histogram, steps
+from infersight.alerts.series import absent_until_first_event, counter, gauge, histogram, steps
 from infersight.signals import Signal, engine, gateway, gpu, request
 
 AT = "10m"  # the 5-minute window [5m, 10m] holds six samples: no extrapolation
@@ -108,20 +108,23 @@ def recording_test_file(limits: Limits, recording_rule_file: str) -> dict:
             series.append(gauge(gateway.INSTANCE_STATE, {**labels, "state": name}, [(int(name == state), MINUTES)]))
         series.append(steps(gateway.EJECTIONS, labels, MINUTES, [8] if state == "ejected" else []))
     one(rec.SERVING_INSTANCES, model, 3)
-    one(rec.EJECTED_SHARE, {}, 0.25)
-    # Before the ejection at minute 8 a healthy fleet reads 0, not "no data".
-    tests.append({"expr": rec.EJECTED_SHARE, "eval_time": "3m", "exp_samples": [_sample(rec.EJECTED_SHARE, {}, 0)]})
+    one(rec.EJECTED_SHARE, model_pool, 0.25)
+    one(rec.EJECTED_COUNT, model_pool, 1)
+    # Before the ejection at minute 8 a healthy pool reads 0, not "no data".
+    tests.append({"expr": rec.EJECTED_SHARE, "eval_time": "3m",
+                  "exp_samples": [_sample(rec.EJECTED_SHARE, model_pool, 0)]})
 
     # ratios of rates, 0.25 each
     series += [_rate(request.REQUESTS, request_labels(outcome="success"), 45),
                _rate(request.REQUESTS, request_labels(outcome="rejected"), 15),
                _rate(request.REJECTIONS, request_labels(reason="queue_full"), 15),
-               _rate(request.RETRIES, request_labels(), 15),
+               _rate(request.RETRIES, request_labels(), 10),  # with the client retries below: 0.25
+               _rate(request.CLIENT_RETRIES, request_labels(), 5),
                _rate(request.INPUT_TOKENS, request_labels(), 400),
                _rate(request.CACHED_INPUT_TOKENS, request_labels(), 100),
                _rate(engine.PREFIX_CACHE_QUERIES, engine_labels(), 800),
                _rate(engine.PREFIX_CACHE_HITS, engine_labels(), 200)]
-    tests.extend([_rounded(rec.RETRIES_PER_REQUEST, {}, 0.25),
+    tests.extend([_rounded(rec.RETRIES_PER_REQUEST, model, 0.25),
                   _rounded(rec.REJECTION_RATIO, model, 0.25),
                   _rounded(rec.CACHED_INPUT_RATIO, instance_labels("e1:8000"), 0.25),
                   _rounded(rec.PREFIX_HIT_RATIO, model, 0.25)])
@@ -141,11 +144,15 @@ def recording_test_file(limits: Limits, recording_rule_file: str) -> dict:
     for window in rec.SLO_WINDOWS:
         tests.append(_rounded(rec.slo_errors_name(window), {"model": slo_model}, 0.25, f'{{model="{slo_model}"}}'))
 
+    # The twin: every counter absent until its first event (DESIGN 8); the recorded values hold.
+    twin = absent_until_first_event(series)
     return {
         "rule_files": [recording_rule_file],
         "evaluation_interval": "1m",
-        "tests": [{"name": "recording rules", "interval": "1m",
-                   "input_series": [{"series": s.selector, "values": s.values} for s in series],
-                   "promql_expr_test": tests}],
+        "tests": [{"name": name, "interval": "1m",
+                   "input_series": [{"series": s.selector, "values": s.values} for s in inputs],
+                   "promql_expr_test": tests}
+                  for name, inputs in (("recording rules", series),
+                                       ("recording rules (counters absent until their first event)", twin))],
     }
 

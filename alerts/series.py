@@ -118,3 +118,91 @@ def observations_near(buckets: Sequence[float], q: float, target: float, per_min
     inside = round(per_minute * q / r)
     above = buckets[i + 1] if i + 1 < len(buckets) else math.inf
     return {hi: inside, above: per_minute - inside}
+
+
+# -- counters absent until their first event (DESIGN 8) ------------------------------------------
+
+def expand(values: str) -> list[float | None]:
+    """promtool's expanding notation as one value per step (None: no sample).
+
+    ``a+bxn`` and ``a-bxn`` are n+1 values, ``axn`` is n+1 copies, ``_xn`` n missing samples.
+    """
+    out: list[float | None] = []
+    for token in values.split():
+        head, sep, count = token.rpartition("x")
+        if not sep:
+            out.append(None if token == "_" else float(token))
+            continue
+        n = int(count)
+        if head == "_":
+            out.extend([None] * n)
+            continue
+        op = next((i for i in range(1, len(head)) if head[i] in "+-" and head[i - 1] not in "eE"), None)
+        start, step = (float(head), 0.0) if op is None else (float(head[:op]), float(head[op:]))
+        out.extend(start + step * i for i in range(n + 1))
+    return out
+
+
+def _encode(values: Sequence[float | None]) -> str:
+    parts, i = [], 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        token = "_" if values[i] is None else _num(values[i])
+        if j > i:
+            parts.append(f"_x{j - i + 1}" if values[i] is None else f"{token}x{j - i}")
+        else:
+            parts.append(token)
+        i = j + 1
+    return " ".join(parts)
+
+
+def _split(selector: str) -> tuple[str, str]:
+    name, _, labels = selector.partition("{")
+    return name, labels
+
+
+def _unit(selector: str, counters: Mapping[str, Signal]) -> str | None:
+    """The producer-side child a counter series belongs to: a histogram's buckets, sum and count
+    are created together at its first observation. None for series that are not counters."""
+    from infersight.signals import Kind
+
+    name, labels = _split(selector)
+    if name in counters:
+        return selector
+    for suffix in ("_bucket", "_count", "_sum"):
+        base = name.removesuffix(suffix)
+        if base != name and base in counters and counters[base].kind is Kind.HISTOGRAM:
+            kept = ",".join(p for p in labels.rstrip("}").split(",") if p and not p.startswith("le="))
+            return f"{base}{{{kept}}}"
+    return None
+
+
+def absent_until_first_event(series: Sequence[Series]) -> list[Series]:
+    """The same input with every counter as a producer that does not create it at 0 exposes it:
+    absent until its first event, then at its first value. A histogram child appears whole at its
+    first observation; a counter that never moves is not there at all."""
+    from infersight.signals import CATALOG, Kind
+
+    counters = {s.name: s for s in CATALOG.values() if s.kind in (Kind.COUNTER, Kind.HISTOGRAM)}
+    expanded = {s.selector: expand(s.values) for s in series}
+    first: dict[str, int | None] = {}
+    for s in series:
+        unit = _unit(s.selector, counters)
+        if unit is None or (unit != s.selector and not _split(s.selector)[0].endswith("_count")):
+            continue
+        values = expanded[s.selector]
+        first[unit] = next((i for i, v in enumerate(values) if v is not None and v != 0), None)
+    out = []
+    for s in series:
+        unit = _unit(s.selector, counters)
+        if unit is None:
+            out.append(s)
+            continue
+        k = first.get(unit)
+        if k is None:
+            continue  # never incremented: a producer that creates at first event never shows it
+        values = expanded[s.selector]
+        out.append(Series(s.selector, _encode([None] * k + values[k:])))
+    return out

@@ -94,8 +94,12 @@ def _traffic(limits: Limits) -> list[dict]:
                    description="Rejected over finished requests; the line is thresholds.rejection_ratio.",
                    good="0, under the line."),
         timeseries("Retries per request", "percentunit",
-                   [Q(retries, LEGEND), Q(rec.RETRIES_PER_REQUEST, "fleet")], line=Line(limits.retry_ratio),
-                   description="Retry attempts over finished requests; the line is the retry-storm threshold.",
+                   [Q(retries, LEGEND),
+                    Q(f'{rec.RETRIES_PER_REQUEST}{{model=~"$model"}}', "with client retries {{model}}")],
+                   line=Line(limits.retry_ratio),
+                   description="Gateway re-attempts over finished requests, per pool; and per model with the "
+                               "clients' own retries (SDK retry headers, repeated request ids), which the "
+                               "retry-storm alert reads. The line is the retry-storm threshold.",
                    good="a few percent; retries growing with failures is a storm in the making."),
     ]
 
@@ -106,9 +110,11 @@ def _instances(limits: Limits) -> list[dict]:
         timeseries("Instances by state", "short", [Q(states, LEGEND + " {{state}}")], stack=True, width=12,
                    description="healthy, cold (starting), half_open (breaker: low-priority traffic only), ejected.",
                    good="all healthy; cold only right after a scale-out."),
-        timeseries("Share of instances ejected in 5 minutes", "percentunit", [Q(rec.EJECTED_SHARE, "fleet")],
+        timeseries("Share of instances ejected in 5 minutes", "percentunit",
+                   [Q(f'{rec.EJECTED_SHARE}{{model=~"$model"}}', LEGEND)],
                    line=Line(limits.ejection_share), max_value=1, width=12,
-                   description="An ejection cascade trips the line (thresholds.ejection_share).",
+                   description="Per model and pool, instances in their cold start apart: an ejection cascade "
+                               "trips the line (thresholds.ejection_share).",
                    good="0; single ejections are the breaker working, many at once are a cascade."),
     ]
 

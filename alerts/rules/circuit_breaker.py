@@ -6,16 +6,31 @@ Routed to the gateway's webhook, which half-opens breakers; the critical ones pa
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits, num
-from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
-from infersight.alerts.rules.common import PCT, instance_labels, lab, pct, request_labels, require, val
+from infersight.alerts.model import Alert, Case, Expected, Series, Severity, SignalClass
+from infersight.alerts.promql import events, younger_than
+from infersight.alerts.rules.common import (
+    INSTANCE,
+    MODEL,
+    PCT,
+    POOL,
+    instance_labels,
+    lab,
+    pct,
+    request_labels,
+    require,
+    val,
+)
 from infersight.alerts.series import counter, gauge, histogram, observations_near, quantile, steps
 from infersight.signals import gateway, request
 
 SIGNAL = SignalClass.CIRCUIT_BREAKER
 ON_INSTANCE = "on (model, instance, pool)"
+MIN_CASCADE = 2  # one ejected instance is a failure, not a cascade, however small the pool
+COLD_P95_SECONDS = 4.0  # the incident's new instances: p95 TTFT about 4 s while cold
 
 
 def instance_p99_high(limits: Limits) -> Alert:
@@ -52,15 +67,28 @@ def instance_p99_high(limits: Limits) -> Alert:
 
 def retry_storm(limits: Limits) -> Alert:
     t = limits.retry_ratio
-    per_minute = 1000
+    # The incident: clients retry 0.8 times per original request (every retry is a new request),
+    # and the gateway re-attempts about 0.089 per request on top; 1000 original requests a minute.
+    originals = 1000
+    onset, minutes = 20, 35
 
-    def traffic(retries: int):
-        return [counter(request.REQUESTS, request_labels(outcome="success"), [(per_minute, 30)]),
-                counter(request.RETRIES, request_labels(), [(retries, 30)])]
+    def traffic(client_per_original: float, gateway_per_request: float):
+        client = round(client_per_original * originals)
+        total = originals + client
+        gateway_retries = round(gateway_per_request * total)
+        healthy_client, healthy_gateway = 5, 10
+        series = [
+            counter(request.REQUESTS, request_labels(outcome="success"),
+                    [(originals + healthy_client, onset), (originals, minutes - onset)]),
+            counter(request.REQUESTS, request_labels(outcome="error"), [(0, onset), (client, minutes - onset)]),
+            counter(request.CLIENT_RETRIES, request_labels(), [(healthy_client, onset), (client, minutes - onset)]),
+            counter(request.RETRIES, request_labels(), [(healthy_gateway, onset), (gateway_retries, minutes - onset)]),
+        ]
+        return series, (client + gateway_retries) / total
 
-    storm = math.floor(t * per_minute) + 10
-    near = round(0.95 * t * per_minute)
-    require(storm / per_minute > t > near / per_minute, "retry ratios must straddle the threshold")
+    storm, storm_ratio = traffic(0.8, 0.089)
+    ordinary, ordinary_ratio = traffic(0.05, 0.02)  # a bad minute of SDK retries, no storm
+    require(storm_ratio > t > ordinary_ratio, f"ratios {storm_ratio}, {ordinary_ratio} must straddle {t}")
     return Alert(
         name="LLMRetryStorm",
         expr=f"{rec.RETRIES_PER_REQUEST} > {num(t)}",
@@ -68,64 +96,85 @@ def retry_storm(limits: Limits) -> Alert:
         severity=Severity.CRITICAL,
         signal=SIGNAL,
         summary="Retries are multiplying load across the fleet: a retry storm.",
-        description=(f"The fleet makes {val(2)} retries per request (threshold {num(t)}). Retries amplify load "
-                     "on instances that are already slow; make clients back off and cap retry budgets."),
+        description=(f"Requests for {lab('model')} carry {val(2)} retries each (client retries, from their SDKs' "
+                     f"retry headers or repeated request ids, plus the gateway's own re-attempts; threshold "
+                     f"{num(t)}). Retries amplify load on instances that are already slow; make clients back off "
+                     "and cap retry budgets."),
         cases=[
-            Case("retries just over the ratio", traffic(storm), 20, [Expected({}, storm / per_minute)]),
-            Case("retries just under the ratio", traffic(near), 20),
+            Case("clients retry 0.8 times per request (new requests), the gateway 0.089", storm, 31,
+                 [Expected({"model": MODEL}, storm_ratio)]),
+            Case("ordinary SDK retries", ordinary, 31),
         ],
     )
 
 
+def _pool(size: int, *, model: str = MODEL, pool: str = POOL, ejected: Sequence[int] = (), young: Sequence[int] = (),
+          minutes: int = 30, eject_at: int = 20, started_at_s: float = 0.0, prefix: str = "10.0.1.") -> list[Series]:
+    """A pool of instances as the gateway reports them: one-hot state, start time, ejection counter."""
+    series = []
+    for i in range(size):
+        labels = {"model": model, "instance": f"{prefix}{i}:8000", "pool": pool}
+        out = i in ejected
+        healthy = [(1, eject_at), (0, minutes - eject_at)] if out else [(1, minutes)]
+        series += [gauge(gateway.INSTANCE_STATE, {**labels, "state": "healthy"}, healthy),
+                   gauge(gateway.INSTANCE_STATE, {**labels, "state": "ejected"}, [(1 - v, m) for v, m in healthy]),
+                   steps(gateway.EJECTIONS, labels, minutes, [eject_at] if out else [])]
+        if i in young:
+            series.append(gauge(gateway.INSTANCE_START_TIME, labels, [(started_at_s, minutes)]))
+    return series
+
+
 def ejection_cascade(limits: Limits) -> Alert:
     share = limits.ejection_share
-    fleet_size = 20
-    cascade = math.ceil(share * fleet_size - 1e-9)
-    quiet = cascade - 1
-    require(cascade / fleet_size >= share > quiet / fleet_size, "ejected shares must straddle the threshold")
-
-    def fleet(ejected: int):
-        series = []
-        for i in range(fleet_size):
-            labels = instance_labels(f"i{i}")
-            series.append(gauge(gateway.INSTANCE_STATE, {**labels, "state": "healthy"}, [(1, 30)]))
-            series.append(steps(gateway.EJECTIONS, labels, 30, [20] if i < ejected else []))
-        return series
-
+    size, at = 24, 22
+    cascade_n = math.ceil(share * size - 1e-9)  # the incident: 8 of 24 (a third) ejected in a minute
+    require(cascade_n / size >= share, "the cascade must reach the share")
+    other_model = _pool(300, model="m-big", prefix="10.0.9.")  # healthy, 300 instances of another model
+    cascade = [*_pool(size, ejected=range(cascade_n)), *other_model]
+    one_ejection = [*_pool(size, ejected=[0]), *other_model]
+    # Cold-start thrash: 8 new instances (joined at minute 15, inside the cold-start window) ejected.
+    joined_s = 15 * 60
+    require(at * 60 - joined_s < limits.cold_start_minutes * 60, "the new instances must still be cold")
+    cold = _pool(size, ejected=range(16, 24), young=range(16, 24), started_at_s=joined_s)
     return Alert(
         name="LLMEjectionCascade",
-        expr=f"{rec.EJECTED_SHARE} >= {num(share)}",
+        expr=(f"{rec.EJECTED_SHARE} >= {num(share)}\n"
+              f"and on (model, pool) {rec.EJECTED_COUNT} >= {MIN_CASCADE}"),
         for_="1m",
         severity=Severity.CRITICAL,
         signal=SIGNAL,
-        summary="Health checks ejected a large share of instances within 5 minutes: an ejection cascade.",
-        description=(f"{PCT} of instances were ejected within 5 minutes (threshold {pct(share)}). The survivors "
-                     "take their load and fail next; stop ejecting (raise health-check tolerance) before "
-                     "adding capacity."),
+        summary="Health checks ejected a large share of a pool's instances within 5 minutes: an ejection cascade.",
+        description=(f"{PCT} of the established instances of {lab('model')} (pool {lab('pool')}) were ejected "
+                     f"within 5 minutes (threshold {pct(share)}; instances in their cold start count apart). "
+                     "The survivors take their load and fail next; stop ejecting (raise health-check tolerance) "
+                     "before adding capacity."),
         cases=[
-            Case("many instances ejected at once", fleet(cascade), 22, [Expected({}, cascade / fleet_size)]),
-            Case("one ejection short of the share", fleet(quiet), 22),
+            Case(f"{cascade_n} of {size} ejected at once, 300 healthy instances of another model", cascade, at,
+                 [Expected({"model": MODEL, "pool": POOL}, cascade_n / size)]),
+            Case("one instance ejected", one_ejection, at),
+            Case("8 new instances of 24 ejected during their cold start (cold-start thrash, not a cascade)",
+                 cold, at),
         ],
     )
 
 
 def flapping(limits: Limits) -> Alert:
     t = limits.flaps_per_15m
-    labels = instance_labels("e1:8000")
+    labels = instance_labels(INSTANCE)
 
-    def changes(count: int):
-        minutes = [16 + i for i in range(count)]
-        away = minutes[0::2]
-        back = minutes[1::2]
+    def cycles(count: int, first_at: int = 16):
+        """``count`` eject/return cycles, two minutes apart: two transitions each."""
+        away = [first_at + 4 * i for i in range(count)]
+        back = [m + 2 for m in away]
         return [steps(gateway.STATE_TRANSITIONS, {**labels, "from_state": "healthy", "to_state": "ejected"}, 40, away),
                 steps(gateway.STATE_TRANSITIONS, {**labels, "from_state": "ejected", "to_state": "healthy"}, 40, back)]
 
-    flaps = math.ceil(t)
-    near = math.ceil(t) - 1
-    require(flaps >= t > near >= 0, "flap counts must straddle the threshold")
+    flaps = math.ceil(t / 2)  # eject/return cycles that reach the threshold
+    require(2 * flaps >= t > 2 * (flaps - 1), "flap counts must straddle the threshold")
+    at = 16 + 4 * (flaps - 1) + 3
     return Alert(
         name="LLMInstanceFlapping",
-        expr=(f"sum by (model, instance, pool) (increase({gateway.STATE_TRANSITIONS.select()}[15m])) "
+        expr=(f"sum by (model, instance, pool) ({events(gateway.STATE_TRANSITIONS.select(), '15m')}) "
               f">= {num(t)}"),
         severity=Severity.WARNING,
         signal=SIGNAL,
@@ -134,45 +183,67 @@ def flapping(limits: Limits) -> Alert:
                      f"{val(0)} times in 15 minutes (threshold {num(t)}). Its health check is too tight or the "
                      "instance is failing intermittently."),
         cases=[
-            Case("state changes reach the limit", changes(flaps), 30, [Expected(labels, flaps)]),
-            Case("state changes just under the limit", changes(near), 30),
+            Case(f"{flaps} eject/return cycles in {4 * flaps} minutes", cycles(flaps), at,
+                 [Expected(labels, 2 * flaps)]),
+            Case("one cycle less", cycles(flaps - 1), at),
         ],
     )
+
+
+def _cold_start_pool(limits: Limits, joined_s: float, at: int, minutes: int) -> tuple[list[Series], list, float]:
+    """The incident: 8 new instances join a pool of 16, each slow and cache-cold, get ejected once and
+    come back. Returns the series, the labels of the new instances and their p95 TTFT."""
+    buckets = request.TTFT.buckets
+    slow = observations_near(buckets, 0.95, COLD_P95_SECONDS)
+    warm = observations_near(buckets, 0.95, 0.6)
+    p95 = quantile(buckets, slow, 0.95)
+    cached, warm_cached = 20, 600  # prompt tokens in 1000 found in the prefix cache
+    series, new = [], []
+    for i in range(24):
+        instance = f"10.0.1.{i}:8000"
+        young = i >= 16
+        labels = {"model": MODEL, "instance": instance, "pool": POOL}
+        series += [*histogram(request.TTFT, request_labels(instance), [(slow if young else warm, minutes)]),
+                   counter(request.INPUT_TOKENS, request_labels(instance), [(1000, minutes)]),
+                   counter(request.CACHED_INPUT_TOKENS, request_labels(instance),
+                           [(cached if young else warm_cached, minutes)])]
+        if young:
+            new.append(labels)
+            back = at - 2
+            series += [gauge(gateway.INSTANCE_START_TIME, labels, [(joined_s, minutes)]),
+                       gauge(gateway.INSTANCE_STATE, {**labels, "state": "cold"}, [(1, at - 3), (0, minutes - at + 3)]),
+                       gauge(gateway.INSTANCE_STATE, {**labels, "state": "ejected"},
+                             [(0, at - 3), (1, back - at + 3), (0, minutes - back)]),
+                       gauge(gateway.INSTANCE_STATE, {**labels, "state": "healthy"}, [(0, back), (1, minutes - back)]),
+                       steps(gateway.EJECTIONS, labels, minutes, [at - 3]),
+                       steps(gateway.STATE_TRANSITIONS, {**labels, "from_state": "cold", "to_state": "ejected"},
+                             minutes, [at - 3]),
+                       steps(gateway.STATE_TRANSITIONS, {**labels, "from_state": "ejected", "to_state": "healthy"},
+                             minutes, [back])]
+        else:
+            series += [gauge(gateway.INSTANCE_STATE, {**labels, "state": "healthy"}, [(1, minutes)]),
+                       gauge(gateway.INSTANCE_STATE, {**labels, "state": "ejected"}, [(0, minutes)])]
+    require(p95 > limits.ttft_p95_target_seconds and cached / 1000 < limits.cold_cache_hit_ratio,
+            "the new instances must be slow and cold")
+    return series, new, p95
 
 
 def cold_start_thrash(limits: Limits) -> Alert:
     window_s = round(limits.cold_start_minutes * 60)
     slow_bar = limits.ttft_p95_target_seconds
-    buckets = request.TTFT.buckets
     at = math.ceil(limits.cold_start_minutes) + 10
-    labels = instance_labels("e1:8000")
-    slow = observations_near(buckets, 0.95, min(1.5 * slow_bar, (slow_bar + buckets[-1]) / 2))
-    p95 = quantile(buckets, slow, 0.95)
-    cached = round(0.5 * limits.cold_cache_hit_ratio * 1000)
-    require(p95 > slow_bar and cached / 1000 < limits.cold_cache_hit_ratio, "the instance must be slow and cold")
-
-    def instance(age_s: int):
-        minutes = at + 5
-        return [
-            gauge(gateway.INSTANCE_START_TIME, labels, [(at * 60 - age_s, minutes)]),
-            *histogram(request.TTFT, request_labels("e1:8000"), [(slow, minutes)]),
-            counter(request.INPUT_TOKENS, request_labels("e1:8000"), [(1000, minutes)]),
-            counter(request.CACHED_INPUT_TOKENS, request_labels("e1:8000"), [(cached, minutes)]),
-            steps(gateway.EJECTIONS, labels, minutes, [at - 3]),
-            steps(gateway.STATE_TRANSITIONS, {**labels, "from_state": "healthy", "to_state": "ejected"},
-                  minutes, [at - 3]),
-            steps(gateway.STATE_TRANSITIONS, {**labels, "from_state": "ejected", "to_state": "healthy"},
-                  minutes, [at - 2]),
-        ]
-
-    back = gateway.STATE_TRANSITIONS.select(to_state="healthy")
+    minutes = at + 5
+    thrash, new, p95 = _cold_start_pool(limits, at * 60 - window_s // 2, at, minutes)
+    late, _, _ = _cold_start_pool(limits, at * 60 - window_s - 60, at, minutes)
+    start, state = gateway.INSTANCE_START_TIME.select(), gateway.INSTANCE_STATE.select(state="ejected")
     return Alert(
         name="LLMColdStartThrash",
         expr=(f"{rec.TTFT_P95_BY_INSTANCE} > {num(slow_bar)}\n"
-              f"and {ON_INSTANCE} (time() - {gateway.INSTANCE_START_TIME.select()}) < {window_s}\n"
+              f"and {ON_INSTANCE} {younger_than(start, window_s)}\n"
               f"and {ON_INSTANCE} {rec.CACHED_INPUT_RATIO} < {num(limits.cold_cache_hit_ratio)}\n"
-              f"and {ON_INSTANCE} increase({gateway.EJECTIONS.select()}[{window_s}s]) > 0\n"
-              f"and {ON_INSTANCE} sum by (model, instance, pool) (increase({back}[{window_s}s])) > 0"),
+              f"and {ON_INSTANCE} sum by (model, instance, pool) "
+              f"({events(gateway.EJECTIONS.select(), f'{window_s}s')}) > 0\n"
+              f"and {ON_INSTANCE} {state} == 0"),
         severity=Severity.WARNING,
         signal=SIGNAL,
         summary="A new instance is slow and cache-cold, got ejected and is taking traffic again: cold-start thrash.",
@@ -181,8 +252,9 @@ def cold_start_thrash(limits: Limits) -> Alert:
                      f"hit ratio under {pct(limits.cold_cache_hit_ratio)}, was ejected and is back in rotation. "
                      "Warm it before it takes full traffic (slow start) instead of ejecting it again."),
         cases=[
-            Case("new, slow, cold, ejected and back", instance(window_s // 2), at, [Expected(labels, p95)]),
-            Case("same pattern just after the cold-start window", instance(window_s + 60), at),
+            Case("8 new instances of 24: slow, cold, ejected once and back", thrash, at,
+                 [Expected(labels, p95) for labels in new]),
+            Case("same pattern just after the cold-start window", late, at),
         ],
     )
 

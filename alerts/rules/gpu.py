@@ -5,14 +5,16 @@ from __future__ import annotations
 import dataclasses
 
 from infersight.alerts.limits import Limits, num
-from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
+from infersight.alerts.model import Alert, Case, Expected, Series, Severity, SignalClass
+from infersight.alerts.promql import events
 from infersight.alerts.rules.common import gpu_labels, lab, require, val
 from infersight.alerts.series import gauge, steps
 from infersight.signals import gpu
 
 SIGNAL = SignalClass.GPU
-# XIDs after which the GPU must be drained and reset (gpu.PAGING_XIDS). Others (13 graphics engine
-# exception, 31 MMU fault, ...) are usually one bad kernel or job: a ticket.
+# XIDs after which the GPU must be drained and reset (gpu.PAGING_XIDS): 48 double-bit ECC error,
+# 79 fallen off the bus, 95 uncontained ECC error. Others (13 graphics engine exception, 31 MMU
+# fault, ...) are usually one bad kernel or job: a ticket.
 CRITICAL_XIDS = gpu.PAGING_XIDS
 THROTTLE_REASONS = ("hw_thermal", "sw_thermal", "hw_power_brake", "hw_slowdown")
 DEVICE = gpu.DEVICE_LABELS
@@ -21,8 +23,10 @@ DEVICE = gpu.DEVICE_LABELS
 def xid_errors(limits: Limits) -> list[Alert]:
     critical_re = "|".join(CRITICAL_XIDS)
     by = ", ".join((*DEVICE, "xid"))
+    # events(): the collector exposes the known codes at 0, but any other code appears at its first
+    # event, already at 1, and increase() alone would read that as nothing.
     expr = lambda op: (  # noqa: E731
-        f"sum by ({by}) (increase({gpu.XID_ERRORS.select(xid=op + critical_re)}[10m])) > 0")
+        f"sum by ({by}) ({events(gpu.XID_ERRORS.select(xid=op + critical_re), '10m')}) > 0")
     description = (f"GPU {lab('gpu')} ({lab('gpu_model')}, {lab('uuid')}) on {lab('node')} raised XID {lab('xid')} "
                    "in the last 10 minutes.")
     page = Alert(name="GPUXidError", expr=expr("=~"), severity=Severity.CRITICAL, signal=SIGNAL,
@@ -30,8 +34,11 @@ def xid_errors(limits: Limits) -> list[Alert]:
     ticket = Alert(name="GPUXidError", expr=expr("!~"), severity=Severity.WARNING, signal=SIGNAL,
                    summary="A GPU raised an XID error.", description=description)
 
-    def xid(code: str, jump_at: int):
-        return [steps(gpu.XID_ERRORS, gpu_labels(xid=code), 20, [jump_at])]
+    def xid(code: str, jump_at: int, absent_until_first: bool = False):
+        series = steps(gpu.XID_ERRORS, gpu_labels(xid=code), 20, [jump_at])
+        if absent_until_first:  # a code the collector does not create at 0: the series starts at 1
+            series = Series(series.selector, f"_x{jump_at} 1x{19 - jump_at}")
+        return [series]
 
     page = dataclasses.replace(page, cases=[
         Case("XID 79: fallen off the bus", xid("79", 12), 15, [Expected(gpu_labels(xid="79"))]),
@@ -39,7 +46,10 @@ def xid_errors(limits: Limits) -> list[Alert]:
     ])
     ticket = dataclasses.replace(ticket, cases=[
         Case("XID 13 in a kernel", xid("13", 12), 15, [Expected(gpu_labels(xid="13"))]),
+        Case("XID 119 (GSP timeout), a code first seen at 1", xid("119", 12, True), 15,
+             [Expected(gpu_labels(xid="119"))]),
         Case("XID 13 long ago, nothing new", xid("13", 1), 15),
+        Case("XID 119 first seen long ago, nothing new", xid("119", 1, True), 15),
     ])
     return [page, ticket]
 
@@ -94,7 +104,8 @@ def uncorrectable_ecc(limits: Limits) -> Alert:
 
     return Alert(
         name="GPUUncorrectableECCErrors",
-        expr=f"increase({gpu.ECC_ERRORS.select(type='uncorrected')}[10m]) > 0",
+        # events(): a GPU whose uncorrected counter first shows up at 1 is caught too.
+        expr=f"{events(gpu.ECC_ERRORS.select(type='uncorrected'), '10m')} > 0",
         severity=Severity.CRITICAL,
         signal=SIGNAL,
         summary="A GPU reported uncorrectable ECC errors.",

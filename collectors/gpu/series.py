@@ -93,7 +93,7 @@ def all_series(sampler: Sampler, backend: Backend, node: str, health: ExporterHe
     counts = backend.xid_counts()
     for identity in sampler.devices:
         labels = device_labels(node, identity)
-        xids = {xid: 0 for xid in gpu.KNOWN_XIDS} | counts.get(identity.index, {})
+        xids = {int(xid): 0 for xid in gpu.KNOWN_XIDS} | counts.get(identity.index, {})
         for xid, count in sorted(xids.items()):
             yield gpu.XID_ERRORS, (*labels, str(xid)), float(count)
     yield from health_series(sampler, backend, node, health, now)

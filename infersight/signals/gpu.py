@@ -53,14 +53,11 @@ CLOCK_EVENT = declare(
     "hw_slowdown, sync_boost, sw_thermal, hw_thermal, hw_power_brake, display_clocks.", PRODUCER)
 ECC_ERRORS = declare("gpu_ecc_errors_total", Kind.COUNTER, "", (*DEVICE_LABELS, "type"),
                      "ECC errors since the driver loaded, by type (corrected, uncorrected).", PRODUCER)
-# XIDs after which a GPU must be drained and reset (the critical GPUXidError pages on these):
-# 48 double-bit ECC error, 79 fallen off the bus, 95 uncontained ECC error.
-PAGING_XIDS = (48, 79, 95)
 # XIDs the collector exposes at 0 for every GPU before their first event (DESIGN 8), so the first
 # one is an increase: the paging ones plus the common job-level ones (13 graphics engine
 # exception, 31 MMU fault, 43 GPU stopped processing, 63/64 row remapping, 74 NVLink, 94
 # contained ECC error). Any other code appears at its first event; the rules catch that too.
-KNOWN_XIDS = (13, 31, 43, 48, 63, 64, 74, 79, 94, 95)
+KNOWN_XIDS = ("13", "31", "43", "48", "63", "64", "74", "79", "94", "95")
 XID_ERRORS = declare("gpu_xid_errors_total", Kind.COUNTER, "", (*DEVICE_LABELS, "xid"),
                      "XID errors seen by the collector, by XID code (79: fallen off the bus). From dcgm-exporter, "
                      "which keeps only the last XID: 1 for the last code, 0 for the paging codes it is not, so "

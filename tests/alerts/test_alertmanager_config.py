@@ -73,3 +73,20 @@ def test_inhibitions_name_existing_alerts(default_build):
             label, _, value = matcher.partition("=")
             if label == "alertname":
                 assert set(value.lstrip("~").strip('"').split("|")) <= names, matcher
+
+
+def test_cold_start_thrash_and_cascade_route_apart(custom_build):
+    """Cold start vs cascade: the thrash tickets the gateway webhook and Slack (slow-start the new
+    instances); the cascade pages. A cascade silences per-instance latency only in its own pool."""
+    require_tool("amtool")
+    limits = limits_from_config(parse_config({}))
+    alerts = {a.name: a for a in all_alerts(limits)}
+    labels = {"cluster": "prod-eu", "model": "m1", "pool": "stable"}
+    thrash = {**alerts["LLMColdStartThrash"].static_labels("prod-eu"), **labels, "instance": "10.0.1.17:8000",
+              "alertname": "LLMColdStartThrash"}
+    cascade = {**alerts["LLMEjectionCascade"].static_labels("prod-eu"), **labels, "alertname": "LLMEjectionCascade"}
+    assert tools.route_receivers(custom_build.alertmanager, thrash) == ["gateway", "slack"]
+    assert tools.route_receivers(custom_build.alertmanager, cascade) == ["gateway", "pagerduty"]
+    rules = yaml.safe_load(custom_build.alertmanager.read_text())["inhibit_rules"]
+    from_cascade = next(r for r in rules if r["source_matchers"] == ['alertname="LLMEjectionCascade"'])
+    assert from_cascade["equal"] == ["cluster", "model", "pool"]

@@ -1,0 +1,19 @@
+"""PromQL building blocks the rules share."""
+
+from __future__ import annotations
+
+
+def events(selector: str, window: str) -> str:
+    """How many events a counter saw in ``window``, a first appearance included (DESIGN 8).
+
+    A label set that a producer did not create at 0 appears at its first event, already at 1, and
+    ``increase()`` reads that first event as 0. So a series that exists now but did not ``window``
+    ago counts with its whole value (every event it has seen happened inside the window); one
+    that existed counts its ``increase()``. The result keeps each series' labels.
+    """
+    return f"(({selector} > 0 unless {selector} offset {window}) or increase({selector}[{window}]))"
+
+
+def younger_than(start_time_selector: str, seconds: float) -> str:
+    """Series of instances whose start time is less than ``seconds`` ago (in their cold start)."""
+    return f"(time() - {start_time_selector} < {seconds:g})"
