@@ -85,6 +85,16 @@ def limits_from_config(config: Config) -> Limits:
         raise AlertsConfigError(
             f"slo.ttft_p95_seconds {slo.ttft_p95_seconds:g} is not below the largest finite bucket of "
             f"{request.TTFT.name} ({largest:g}s); use a smaller value")
+    for key, value in (("thresholds.instance_p99_ttft_seconds", th.instance_p99_ttft_seconds),
+                       ("slo.ttft_p95_seconds", slo.ttft_p95_seconds),
+                       ("slo.ttft_p95_seconds x thresholds.ttft_slo_share_rising",
+                        slo.ttft_p95_seconds * th.ttft_slo_share_rising)):
+        if not on_bucket(value, request.TTFT.buckets):
+            bounds = ", ".join(f"{b:g}" for b in request.TTFT.buckets)
+            raise AlertsConfigError(
+                f"{key} is {value:g}, not a bucket bound of {request.TTFT.name}: a histogram alert decides "
+                f"exactly only at a bound (between two bounds it interpolates, and fires up to a bucket's "
+                f"width late); use one of {bounds}")
     if th.cold_start_minutes < MIN_COLD_START_MINUTES:
         raise AlertsConfigError(
             f"thresholds.cold_start_minutes {th.cold_start_minutes:g} is shorter than the 5-minute rates the "
@@ -115,6 +125,10 @@ def limits_from_config(config: Config) -> Limits:
         spans_rejected_ratio=th.spans_rejected_ratio,
         exporter_jobs=th.exporter_jobs,
     )
+
+
+def on_bucket(value: float, buckets) -> bool:
+    return any(abs(value - b) <= 1e-9 * max(1.0, b) for b in buckets)
 
 
 def num(value: float) -> str:

@@ -60,6 +60,7 @@ class Case:
     series: Sequence[Series]
     at_minutes: int
     fires: Sequence[Expected] = ()
+    quiet_at: Sequence[int] = ()  # more minutes at which the alert must not be firing
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ def test_group(limits: Limits, alert: Alert, case: Case) -> dict:
             "eval_time": f"{case.at_minutes}m",
             "alertname": alert.name,
             "exp_alerts": [expected_alert(limits, alert, e) for e in case.fires],
-        }],
+        }] + [{"eval_time": f"{m}m", "alertname": alert.name, "exp_alerts": []} for m in case.quiet_at],
     }
 
 

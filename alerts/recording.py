@@ -28,6 +28,7 @@ def quantile_name(signal: Signal, level: tuple[str, ...], q: float) -> str:
 
 # Names the alert modules use.
 TTFT_P95_BY_MODEL = quantile_name(request.TTFT, ("model",), 0.95)
+TTFT_P95_30M_BY_MODEL = name("model", request.TTFT.name, "p95_rate30m")
 TTFT_P95_BY_INSTANCE = quantile_name(request.TTFT, INSTANCE_LEVEL, 0.95)
 TTFT_P99_BY_INSTANCE = quantile_name(request.TTFT, INSTANCE_LEVEL, 0.99)
 GATEWAY_QUEUE_SUM = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "sum")
@@ -106,6 +107,7 @@ def recording_rules(limits: Limits) -> list[Recording]:
     state = gateway.INSTANCE_STATE
     return [
         *_quantiles(),
+        Recording(TTFT_P95_30M_BY_MODEL, request.TTFT.quantile(0.95, by=("model",), window="30m")),
         Recording(GATEWAY_QUEUE_SUM, f"sum by (model, pool) ({gateway.QUEUE_DEPTH.select()})"),
         Recording(GATEWAY_QUEUE_AVG30M, f"avg_over_time({GATEWAY_QUEUE_SUM}[30m])"),
         Recording(INSTANCE_QUEUE_SUM, f"sum by (model, pool, instance) ({engine.REQUESTS_WAITING.select()})"),

@@ -4,8 +4,9 @@ Running every simulated request through :class:`RequestTracer` costs ~95 us (spa
 sampler) and even its prometheus_client metric calls ~12 us, while virtual time serves hundreds of
 thousands of requests. So this module keeps the same series the tracer's :class:`RequestMetrics`
 exposes (catalog names, label order, buckets) with the same creation rules: a label set's
-histograms, token counters and retries appear at 0 when the tracer first resolves its bundle, an
-outcome, rejection reason, timeout kind or sampling reason at its first event, the inter-token
+histograms, token counters, retries, client retries and every known outcome, rejection reason and
+timeout kind appear at 0 when the tracer first resolves its bundle, other values and a sampling
+reason at their first event, the inter-token
 histogram at its first observation, the in-flight gauge when a request starts (instance "").
 ``tests/simulator/test_producer_conformance.py`` runs the same requests through the real tracer and
 proves both expose the same series. Instance health goes through the real :class:`GatewayHealth`.
@@ -29,8 +30,8 @@ Labels = tuple[str, str, str, str]  # model, instance, pool, strategy
 
 
 class _Bundle:
-    __slots__ = ("ttft", "tpot", "e2e", "queue", "itl", "retries", "input", "cached", "output", "outcomes",
-                 "rejections", "timeouts")
+    __slots__ = ("ttft", "tpot", "e2e", "queue", "itl", "retries", "client_retries", "input", "cached", "output",
+                 "outcomes", "rejections", "timeouts")
 
     def __init__(self) -> None:
         self.ttft = CountingHistogram(request.TTFT.buckets)
@@ -38,10 +39,10 @@ class _Bundle:
         self.e2e = CountingHistogram(request.E2E.buckets)
         self.queue = CountingHistogram(request.QUEUE_TIME.buckets)
         self.itl: CountingHistogram | None = None
-        self.retries = self.input = self.cached = self.output = 0.0
-        self.outcomes: dict[str, float] = {}
-        self.rejections: dict[str, float] = {}
-        self.timeouts: dict[str, float] = {}
+        self.retries = self.client_retries = self.input = self.cached = self.output = 0.0
+        self.outcomes: dict[str, float] = dict.fromkeys(request.OUTCOMES, 0.0)
+        self.rejections: dict[str, float] = dict.fromkeys(request.REJECTION_REASONS, 0.0)
+        self.timeouts: dict[str, float] = dict.fromkeys(request.TIMEOUT_KINDS, 0.0)
 
 
 class RequestSeries:
@@ -77,8 +78,8 @@ class RequestSeries:
         outcomes = request.REQUESTS.family()
         rejections = request.REJECTIONS.family()
         timeouts = request.TIMEOUTS.family()
-        plain = {s: s.family() for s in (request.RETRIES, request.INPUT_TOKENS, request.CACHED_INPUT_TOKENS,
-                                         request.OUTPUT_TOKENS)}
+        plain = {s: s.family() for s in (request.RETRIES, request.CLIENT_RETRIES, request.INPUT_TOKENS,
+                                         request.CACHED_INPUT_TOKENS, request.OUTPUT_TOKENS)}
         for labels, b in self.bundles.items():
             for key, value in b.outcomes.items():
                 outcomes.add_metric([*labels, key], value)
@@ -86,7 +87,8 @@ class RequestSeries:
                 rejections.add_metric([*labels, key], value)
             for key, value in b.timeouts.items():
                 timeouts.add_metric([*labels, key], value)
-            for signal, value in ((request.RETRIES, b.retries), (request.INPUT_TOKENS, b.input),
+            for signal, value in ((request.RETRIES, b.retries), (request.CLIENT_RETRIES, b.client_retries),
+                                  (request.INPUT_TOKENS, b.input),
                                   (request.CACHED_INPUT_TOKENS, b.cached), (request.OUTPUT_TOKENS, b.output)):
                 plain[signal].add_metric(list(labels), value)
         in_flight = request.IN_FLIGHT.family()
@@ -170,6 +172,8 @@ class GatewayMetrics:
         e2e_s = now - req.arrival
         self._add_in_flight(labels, -1.0)
         b.outcomes[outcome] = b.outcomes.get(outcome, 0.0) + 1
+        if req.client_attempt > 0:  # the SDK's retry header says so (x-stainless-retry-count)
+            b.client_retries += 1
         if outcome == "rejected":
             b.rejections[rejection_reason] = b.rejections.get(rejection_reason, 0.0) + 1
         else:

@@ -109,11 +109,16 @@ def retry_storm(limits: Limits) -> Alert:
 
 
 def _pool(size: int, *, model: str = MODEL, pool: str = POOL, ejected: Sequence[int] = (), young: Sequence[int] = (),
-          minutes: int = 30, eject_at: int = 20, started_at_s: float = 0.0, prefix: str = "10.0.1.") -> list[Series]:
-    """A pool of instances as the gateway reports them: one-hot state, start time, ejection counter."""
+          minutes: int = 30, eject_at: int = 20, started_at_s: float = 0.0, prefix: str = "10.0.1.",
+          state_only: bool = False) -> list[Series]:
+    """A pool of instances as the gateway reports them: one-hot state, start time, ejection counter.
+    ``state_only``: just the healthy state gauge (a large healthy pool: nothing else can matter)."""
     series = []
     for i in range(size):
         labels = {"model": model, "instance": f"{prefix}{i}:8000", "pool": pool}
+        if state_only:
+            series.append(gauge(gateway.INSTANCE_STATE, {**labels, "state": "healthy"}, [(1, minutes)]))
+            continue
         out = i in ejected
         healthy = [(1, eject_at), (0, minutes - eject_at)] if out else [(1, minutes)]
         series += [gauge(gateway.INSTANCE_STATE, {**labels, "state": "healthy"}, healthy),
@@ -129,7 +134,7 @@ def ejection_cascade(limits: Limits) -> Alert:
     size, at = 24, 22
     cascade_n = math.ceil(share * size - 1e-9)  # the incident: 8 of 24 (a third) ejected in a minute
     require(cascade_n / size >= share, "the cascade must reach the share")
-    other_model = _pool(300, model="m-big", prefix="10.0.9.")  # healthy, 300 instances of another model
+    other_model = _pool(300, model="m-big", prefix="10.0.9.", state_only=True)  # 300 healthy, another model
     cascade = [*_pool(size, ejected=range(cascade_n)), *other_model]
     one_ejection = [*_pool(size, ejected=[0]), *other_model]
     # Cold-start thrash: 8 new instances (joined at minute 15, inside the cold-start window) ejected.

@@ -23,7 +23,7 @@ from infersight.alerts.rules.common import (
     require,
 )
 from infersight.alerts.series import counter, gauge, ramp
-from infersight.signals import engine, gpu
+from infersight.signals import engine, gateway, gpu
 
 ON_INSTANCE = "on (model, pool, instance)"
 
@@ -33,25 +33,38 @@ def bandwidth_saturated(limits: Limits) -> Alert:
     full, near = round(min(t + 0.02, (1 + t) / 2), 4), round(t - 0.01, 4)
     require(full > t > near > 0, "bandwidth values must straddle the threshold")
 
-    def node(bandwidth: float):
+    def node(bandwidth: float, queue_at_gateway: bool = False):
+        # Where the queue is: in the engine, or in the gateway when it caps what each engine holds.
+        engine_rise, gateway_rise = (0, 4) if queue_at_gateway else (2, 0)
         return [gauge(gpu.MEMORY_BANDWIDTH_UTILIZATION, gpu_labels(source="gpm"), [(bandwidth, 30)]),
                 gauge(gpu.SM_ACTIVITY, gpu_labels(), [(round(low / 2, 4), 30)]),
-                ramp(engine.REQUESTS_WAITING, engine_labels(), 0, 2, 30)]
+                ramp(engine.REQUESTS_WAITING, engine_labels(), 0, engine_rise, 30),
+                gauge(engine.GPU_INFO, {k: v for k, v in engine_labels().items() if k in engine.GPU_INFO.labels},
+                      [(1, 30)]),
+                ramp(gateway.QUEUE_DEPTH, {"model": MODEL, "pool": POOL, "strategy": "least_loaded"}, 0,
+                     gateway_rise, 30)]
 
     return Alert(
         name="GPUMemoryBandwidthSaturated",
         expr=(f"{rec.BANDWIDTH_AVG5M} > {num(t)}\n"
               f"and on (node, gpu) {rec.SM_ACTIVITY_AVG5M} < {num(low)}\n"
-              f"and on (node) deriv({rec.NODE_QUEUE_SUM}[10m]) > 0"),
+              f"and on (node) (\n"
+              f"  deriv({rec.NODE_QUEUE_SUM}[10m]) > 0\n"
+              # the gateway's queue for the models this node serves (llm_engine_gpu_info joins them)
+              f"  or group by (node) ({engine.GPU_INFO.select()} * on (model, pool) group_left ()"
+              f" (deriv({rec.GATEWAY_QUEUE_SUM}[10m]) > 0))\n)"),
         for_="10m",
         severity=Severity.WARNING,
         signal=SignalClass.GPU,
         summary="A GPU is bandwidth-bound while its SMs idle and its queue grows: add GPUs.",
         description=(f"GPU {lab('gpu')} on {lab('node')} uses {PCT} of its memory bandwidth (threshold "
-                     f"{pct(t)}) while its SMs are under {pct(low)} busy and the queue on the node grows. Decode is "
+                     f"{pct(t)}) while its SMs are under {pct(low)} busy and the queue for it grows (in its "
+                     "engines or in the gateway in front of them). Decode is "
                      "bandwidth-bound: bigger batches will not help, more GPUs (or a smaller KV/weight format) will."),
         cases=[
             Case("bandwidth full, compute low, queue growing", node(full), 25,
+                 [Expected({"node": NODE, "gpu": "0"}, full)]),
+            Case("bandwidth full, compute low, the gateway holds the growing queue", node(full, True), 25,
                  [Expected({"node": NODE, "gpu": "0"}, full)]),
             Case("bandwidth just under the threshold", node(near), 25),
         ],

@@ -12,6 +12,7 @@ from infersight.alerts.series import gauge, histogram, observations_near, quanti
 from infersight.signals import gateway, request
 
 SIGNAL = SignalClass.SCALE_OUT
+RISING_HORIZON_S = 3600  # how far ahead LLMTTFTNearSLORising projects the 30-minute p95
 
 
 def gateway_queue_high(limits: Limits) -> Alert:
@@ -25,7 +26,9 @@ def gateway_queue_high(limits: Limits) -> Alert:
     return Alert(
         name="LLMGatewayQueueHigh",
         expr=f"{rec.GATEWAY_QUEUE_AVG30M} > {num(t)}",
-        for_="5m",
+        # The 30-minute mean is the persistence filter already; a further 5m wait fired 9.5 min after
+        # the SLO breach in sustained growth.
+        for_="1m",
         severity=Severity.WARNING,
         signal=SIGNAL,
         summary="Gateway queue has stayed deep for 30 minutes: scale out.",
@@ -38,34 +41,65 @@ def gateway_queue_high(limits: Limits) -> Alert:
     )
 
 
+def _merged(per_minute: list[dict[float, int]], first: int, last: int) -> dict[float, int]:
+    """Observations of minutes first..last together (what a rate window at ``last`` sees)."""
+    out: dict[float, int] = {}
+    for obs in per_minute[first:last + 1]:
+        for value, n in obs.items():
+            out[value] = out.get(value, 0) + n
+    return out
+
+
+def diurnal_p95(minute: int) -> float:
+    """The incident account's healthy day: p95 TTFT wandering 0.5-0.8 s (SLO 1 s), a slow diurnal
+    swing with minute-to-minute noise, deterministic so the case is the same every build."""
+    swing = 0.65 + 0.13 * math.sin(2 * math.pi * minute / 360 - math.pi / 2)
+    noise = 0.05 * math.sin(minute * 12.9898) * math.cos(minute * 4.1414)
+    return min(0.8, max(0.5, swing + noise))
+
+
 def ttft_near_slo_rising(limits: Limits) -> Alert:
-    bar = limits.rising_share * limits.ttft_p95_target_seconds
+    target = limits.ttft_p95_target_seconds
+    bar = limits.rising_share * target
     buckets = request.TTFT.buckets
+    near = lambda p95: observations_near(buckets, 0.95, p95)  # noqa: E731
+    p5, p30 = rec.TTFT_P95_BY_MODEL, rec.TTFT_P95_30M_BY_MODEL
 
-    def shift(before: float, after: float):
-        first, second = (observations_near(buckets, 0.95, bar * f) for f in (before, after))
-        series = histogram(request.TTFT, request_labels(), [(first, 30), (second, 30)])
-        return series, quantile(buckets, first, 0.95), quantile(buckets, second, 0.95)
-
-    rising, low, high = shift(1.15, 1.6)
-    require(bar < low < high, f"p95 {low} -> {high} must rise from above {bar}")
-    flat = histogram(request.TTFT, request_labels(), [(observations_near(buckets, 0.95, bar * 1.15), 60)])
-    under, u_low, u_high = shift(0.6, 0.9)
-    require(u_low < u_high < bar, f"p95 {u_low} -> {u_high} must rise below {bar}")
+    # Rollout spike (the incident): p95 0.8 s -> ~9 s at minute 40, then ~80 s (pinned no more).
+    healthy, spike, worst = near(0.8 * target), near(9.0), {80.0: 950, 160.0: 50}
+    rollout = histogram(request.TTFT, request_labels(), [(healthy, 40), (spike, 20), (worst, 40)])
+    at_spike, at_worst = 50, 95
+    # Sustained growth: p95 rising 0.5 s an hour from 0.5 s; it breaches the SLO at minute 60.
+    growth_minutes = [near(min(0.5 * target + 0.5 * target * m / 60, 0.99 * buckets[-1])) for m in range(90)]
+    growth = histogram(request.TTFT, request_labels(), [(obs, 1) for obs in growth_minutes])
+    before_breach = 55
+    # rate()[5m] at minute 55 sees the increments of minutes 50..54 (a phase adds after its first sample)
+    growth_p95 = quantile(buckets, _merged(growth_minutes, before_breach - 5, before_breach - 1), 0.95)
+    # A healthy day: six hours wandering under the SLO.
+    day_minutes = [near(diurnal_p95(m) * target) for m in range(361)]
+    day = histogram(request.TTFT, request_labels(), [(obs, 1) for obs in day_minutes])
+    require(quantile(buckets, spike, 0.95) > target and growth_p95 < target, "spike over, growth under the SLO")
     return Alert(
         name="LLMTTFTNearSLORising",
-        expr=f"{rec.TTFT_P95_BY_MODEL} > {num(bar)} and deriv({rec.TTFT_P95_BY_MODEL}[15m]) > 0",
-        for_="10m",
+        expr=(f"{p5} > {num(bar)}\n"
+              f"and on (model) {p30} > {num(bar)}\n"
+              f"and on (model) ({p5} >= {num(target)} or predict_linear({p30}[30m], {RISING_HORIZON_S}) "
+              f">= {num(target)})"),
+        for_="5m",
         severity=Severity.WARNING,
         signal=SIGNAL,
-        summary="p95 TTFT is close to its target and still rising: scale out.",
+        summary="p95 TTFT is close to its target and heading over it: scale out.",
         description=(f"p95 TTFT of {lab('model')} is {val(3)}s, above {num(limits.rising_share * 100)}% of the "
-                     f"{num(limits.ttft_p95_target_seconds)}s target ({num(bar)}s), and rose over the last 15 "
-                     "minutes."),
+                     f"{num(target)}s target ({num(bar)}s) over 5 and 30 minutes, and is over the target or on "
+                     f"course to cross it within {RISING_HORIZON_S // 60} minutes."),
         cases=[
-            Case("above the bar and rising", rising, 45, [Expected({"model": MODEL}, high)]),
-            Case("above the bar but flat", flat, 45),
-            Case("rising but just under the bar", under, 45),
+            Case("rollout spike: p95 0.8 s -> 9 s", rollout, at_spike,
+                 [Expected({"model": MODEL}, quantile(buckets, spike, 0.95))]),
+            Case("rollout spike, p95 now ~80 s: still firing", rollout, at_worst,
+                 [Expected({"model": MODEL}, quantile(buckets, worst, 0.95))]),
+            Case("sustained growth, 5 minutes before the SLO breach", growth, before_breach,
+                 [Expected({"model": MODEL}, growth_p95)]),
+            Case("six healthy hours, p95 wandering 0.5-0.8 s", day, 360, quiet_at=range(40, 360, 5)),
         ],
     )
 

@@ -17,7 +17,12 @@ OUTCOMES = tuple(str(o) for o in Outcome)  # success, error, cancelled, timeout,
 TIMEOUT_KINDS = ("ttft", "total", "idle")
 REJECTION_REASONS = ("overloaded", "rate_limited")  # 503, 429; others appear at their first event
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+# The GenAI conventions' TTFT bounds, plus bounds where the config's thresholds sit (alerts compare
+# at a bound, so which side of the threshold a request is on is exact; the rules require it), and
+# bounds up to 320 s: an incident's TTFT reaches 80 s and more, and a p95 pinned at the top finite
+# bound hides how bad it is and stops rising (the "and still rising" alerts then resolve mid-incident).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.6, 0.7, 0.75, 0.8, 1.0, 1.5, 2.0,
+                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

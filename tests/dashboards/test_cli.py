@@ -54,7 +54,8 @@ def test_config_urls_and_dashboards_path(tmp_path, capsys):
 @pytest.mark.parametrize(("yaml_text", "words"), [
     ("clickhouse:\n  dsn: chdb://data\n", "in-process engine"),
     ("prometheus:\n  url: null\n", "prometheus.url is not set"),
-    ("thresholds:\n  instance_p99_ttft_seconds: 50\n", "could never fire"),
+    ("thresholds:\n  instance_p99_ttft_seconds: 640\n", "could never fire"),
+    ("thresholds:\n  instance_p99_ttft_seconds: 3\n", "not a bucket bound"),
 ])
 def test_bad_config_is_refused_and_writes_nothing(tmp_path, capsys, yaml_text, words):
     config = tmp_path / "infersight.yaml"
