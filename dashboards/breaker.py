@@ -81,7 +81,7 @@ def _retries(limits: Limits) -> list[dict]:
     timeouts = f"sum by (model, pool, kind) ({request.TIMEOUTS.rate(RATE, **F)})"
     return [
         timeseries("Gateway retries per request", "percentunit",
-                   [Q(per_request, "{{model}} {{pool}}"), Q(rec.RETRIES_PER_REQUEST, "fleet")],
+                   [Q(per_request, "{{model}} {{pool}}"), Q(rec.RETRIES_PER_REQUEST, "{{model}} with client retries")],
                    line=Line(limits.retry_ratio), width=8,
                    description="Retry attempts over finished requests; the line is the retry-storm threshold "
                                "(thresholds.retry_ratio).",
@@ -106,7 +106,8 @@ def _ejections(limits: Limits) -> list[dict]:
         timeseries("Ejections in 5 minutes", "short", [Q(ejections, WHO)], width=6,
                    description="Times the gateway ejected each instance in the last 5 minutes.",
                    good="0; the same instance again and again is flapping."),
-        timeseries("Share of instances ejected in 5 minutes", "percentunit", [Q(rec.EJECTED_SHARE, "fleet")],
+        timeseries("Share of instances ejected in 5 minutes", "percentunit",
+                   [Q(rec.EJECTED_SHARE, "{{model}} {{pool}}")],
                    line=Line(limits.ejection_share), max_value=1, width=6,
                    description="An ejection cascade trips the line (thresholds.ejection_share).",
                    good="0; many at once means the survivors get overloaded and fail next."),

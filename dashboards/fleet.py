@@ -52,7 +52,7 @@ def _now(limits: Limits) -> list[dict]:
         stat("Gateway queue", "short", [Q(f"sum({gateway.QUEUE_DEPTH.select(**F)})", "queued")],
              line=Line(limits.gateway_queue_depth), description="Requests waiting at the gateway for an instance.",
              good="near 0; its 30-minute mean over the line asks for more instances."),
-        stat("Retries per request now", "percentunit", [Q(rec.RETRIES_PER_REQUEST, "fleet")],
+        stat("Retries per request now", "percentunit", [Q(rec.RETRIES_PER_REQUEST, "{{model}} with client retries")],
              line=Line(limits.retry_ratio), decimals=2, description="Retry attempts over finished requests.",
              good="a few percent; at the line it is a retry storm."),
     ]

@@ -63,7 +63,9 @@ def ttft_near_slo_rising(limits: Limits) -> Alert:
     bar = limits.rising_share * target
     buckets = request.TTFT.buckets
     near = lambda p95: observations_near(buckets, 0.95, p95)  # noqa: E731
-    p5, p30 = rec.TTFT_P95_BY_MODEL, rec.TTFT_P95_30M_BY_MODEL
+    # The 5-minute p95 inline, not the recorded one: the recording group may have run before or after
+    # this one in the same evaluation, and the value people read should be the current one.
+    p5, p30 = request.TTFT.quantile(0.95, by=("model",)), rec.TTFT_P95_30M_BY_MODEL
 
     # Rollout spike (the incident): p95 0.8 s -> ~9 s at minute 40, then ~80 s (pinned no more).
     healthy, spike, worst = near(0.8 * target), near(9.0), {80.0: 950, 160.0: 50}

@@ -115,9 +115,10 @@ def test_half_open_label_on_the_instance_breaker(limits):
 @pytest.mark.parametrize("data, words", [
     ({"slo": {"ttft_objective": 0.9}}, ["slo.ttft_objective 0.9", "could never fire", "0.99"]),
     ({"thresholds": {"instance_p99_ttft_seconds": 640}}, ["instance_p99_ttft_seconds 640", "largest finite bucket"]),
-    ({"thresholds": {"instance_p99_ttft_seconds": 3}}, ["instance_p99_ttft_seconds is 3", "not a bucket bound", "2.5, 5"]),
+    ({"thresholds": {"instance_p99_ttft_seconds": 3}},
+     ["instance_p99_ttft_seconds is 3", "not a bucket bound", "2.5, 5"]),
     ({"thresholds": {"ttft_slo_share_rising": 0.65}}, ["ttft_slo_share_rising is 0.65", "not a bucket bound"]),
-    ({"slo": {"ttft_p95_seconds": 10}}, ["slo.ttft_p95_seconds 10", "largest finite bucket"]),
+    ({"slo": {"ttft_p95_seconds": 640}}, ["slo.ttft_p95_seconds 640", "largest finite bucket"]),
     ({"thresholds": {"cold_start_minutes": 2}}, ["cold_start_minutes 2", "5 or more"]),
     ({"capacity": {"target_tokens_per_s": 400}}, ["serves no request", "capacity.target_tokens_per_s"]),
 ])
