@@ -63,6 +63,10 @@ def _quantile_cases() -> tuple[list, list]:
             tests.append({"expr": f'{by_model}{{model="{MODEL}"}}', "eval_time": AT,
                           "exp_samples": [_sample(by_model, {"model": MODEL},
                                                   histogram_quantile(signal.buckets, merged, q))]})
+        if signal is request.TTFT:  # the 30-minute p95: steady traffic, the same value
+            tests.append({"expr": f'{rec.TTFT_P95_30M_BY_MODEL}{{model="{MODEL}"}}', "eval_time": AT,
+                          "exp_samples": [_sample(rec.TTFT_P95_30M_BY_MODEL, {"model": MODEL},
+                                                  histogram_quantile(signal.buckets, merged, 0.95))]})
     return series, tests
 
 

@@ -133,7 +133,7 @@ def test_ttft_slo_must_be_a_bucket_bound():
     with pytest.raises(ConfigError) as err:
         parse_config({"slo": {"ttft_seconds": 0.9}})
     message = str(err.value)
-    assert "slo.ttft_seconds" in message and "bucket boundary" in message and "0.75, 1, 2.5" in message
+    assert "slo.ttft_seconds" in message and "bucket boundary" in message and "0.8, 1, 1.5" in message
     assert parse_config({"slo": {"ttft_seconds": 2.5}}).slo.ttft_seconds == 2.5
 
 
