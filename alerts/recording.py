@@ -123,7 +123,10 @@ def recording_rules(limits: Limits) -> list[Recording]:
                                  f"or 0 * count by (model, pool) {established_instances(limits)}"),
         Recording(EJECTED_SHARE, f"(count by (model, pool) {ejected_5m(limits)}\n"
                                  f"or 0 * count by (model, pool) {established_instances(limits)})\n"
-                                 f"/ count by (model, pool) {established_instances(limits)}"),
+                                 f"/ count by (model, pool) {established_instances(limits)}\n"
+                                 # a pool whose instances are all in their cold start reads 0 too
+                                 f"or 0 * count by (model, pool) (group by (model, instance, pool) "
+                                 f"({gateway.INSTANCE_STATE.select()}))"),
         Recording(REJECTION_RATIO, ratio(request.REJECTIONS, request.REQUESTS, "model")),
         Recording(PREFIX_HIT_RATIO, ratio(engine.PREFIX_CACHE_HITS, engine.PREFIX_CACHE_QUERIES, "model")),
         Recording(CACHED_INPUT_RATIO,
