@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import yaml
 
 from infersight import attributes as attr
+from infersight import dsn as dsn_mod
 from infersight.config import Config
 from infersight.pipelines import content_filter
 
@@ -69,17 +69,17 @@ def load(name: str = "collector") -> dict:
 
 def environment(config: Config) -> dict[str, str]:
     """Values for the ``${env:...}`` placeholders, from infersight.yaml."""
-    dsn = urlsplit(config.clickhouse.dsn)
-    if config.clickhouse.dsn.startswith("chdb:"):
+    dsn = dsn_mod.parse(config.clickhouse.dsn, must_exist=False)  # validated with the config already
+    if dsn.is_http:
+        endpoint, database = dsn.base_url, dsn.database
+    else:  # chdb:// is in-process: a Collector cannot reach it, so the exporter gets a server placeholder
         endpoint, database = "tcp://127.0.0.1:9000", "default"
-    else:
-        endpoint, database = f"{dsn.scheme}://{dsn.hostname}:{dsn.port or 8123}", dsn.path.strip("/") or "default"
     return {
         "OTLP_GRPC_ENDPOINT": config.listeners.otlp_grpc,
         "OTLP_HTTP_ENDPOINT": config.listeners.otlp_http,
         "CLICKHOUSE_ENDPOINT": endpoint,
         "CLICKHOUSE_DATABASE": database,
-        "CLICKHOUSE_USERNAME": dsn.username or "default",
+        "CLICKHOUSE_USERNAME": dsn.user or "default",
         "CLICKHOUSE_PASSWORD": "${env:CLICKHOUSE_PASSWORD}",  # a secret: left to the Collector's environment
         "SLOW_TRACE_MS": str(int(config.slo.ttft_seconds * 10_000)),
         "HEALTH_CHECK_ENDPOINT": "127.0.0.1:13133",

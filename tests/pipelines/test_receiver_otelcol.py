@@ -32,6 +32,16 @@ def test_shipped_configs_are_clean_and_render_from_infersight_yaml(name):
         assert slow["latency"]["threshold_ms"] == 10_000  # 10 x the 1 s TTFT SLO
 
 
+
+@pytest.mark.parametrize(("dsn", "endpoint", "database", "user"), [
+    ("https://infersight_writer@ch.internal/traces", "https://ch.internal:8443", "traces", "infersight_writer"),
+    ("http://[::1]:9123/db", "http://[::1]:9123", "db", "default"),
+])
+def test_the_exporter_endpoint_comes_from_the_parsed_dsn(dsn, endpoint, database, user):
+    """The DSN is read by infersight.dsn, as everywhere: https's default port, IPv6 brackets, the user."""
+    exporter = yaml.safe_load(render(Config.model_validate({"clickhouse": {"dsn": dsn}})))["exporters"]["clickhouse"]
+    assert (exporter["endpoint"], exporter["database"], exporter["username"]) == (endpoint, database, user)
+
 def test_our_receiver_and_the_collector_write_the_same_columns():
     query = ingest_sql.insert_query("default")
     columns = query.split("(", 1)[1].split(")", 1)[0]
