@@ -21,6 +21,13 @@ DEFAULT_PATHS = ("infersight.yaml", "infersight.yml")
 ENV_VAR = "INFERSIGHT_CONFIG"
 
 
+def _http_url(value: str | None, error: str) -> str | None:
+    """``value`` when it is None or an http(s) URL; else ``error`` (which says what to write instead)."""
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise ValueError(error)
+    return value
+
+
 class ConfigError(Exception):
     """A configuration problem, worded for the person who edits the file."""
 
@@ -218,10 +225,8 @@ class DcgmSource(Section):
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("expected a URL like http://10.0.0.5:9400/metrics")
-        return value
+    def _url(cls, value: str) -> str:
+        return _http_url(value, "expected a URL like http://10.0.0.5:9400/metrics")
 
 
 class Dcgm(Section):
@@ -245,9 +250,7 @@ class GPUs(Section):
     @field_validator("otlp_endpoint")
     @classmethod
     def _otlp_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("expected a URL starting with http:// or https://, e.g. http://127.0.0.1:4318")
-        return value
+        return _http_url(value, "expected a URL starting with http:// or https://, e.g. http://127.0.0.1:4318")
 
 
 class Pipeline(Section):
@@ -294,16 +297,12 @@ class Tracing(Section):
     @field_validator("metrics_otlp_endpoint")
     @classmethod
     def _metrics_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("expected an OTLP/HTTP URL such as http://127.0.0.1:4318")
-        return value
+        return _http_url(value, "expected an OTLP/HTTP URL such as http://127.0.0.1:4318")
 
     @field_validator("otlp_endpoint")
     @classmethod
     def _endpoint_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("expected a URL such as http://127.0.0.1:4317 (gRPC) or http://127.0.0.1:4318 (HTTP)")
-        return value
+        return _http_url(value, "expected a URL such as http://127.0.0.1:4317 (gRPC) or http://127.0.0.1:4318 (HTTP)")
 
 
 class Alertmanager(Section):
@@ -319,10 +318,8 @@ class Alertmanager(Section):
     @field_validator("runbook_base_url")
     @classmethod
     def _runbook_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("expected an http(s) URL the on-call can open, e.g. "
-                             "https://github.com/your-org/infersight/blob/main/alerts/runbooks")
-        return value
+        return _http_url(value, "expected an http(s) URL the on-call can open, e.g. "
+                                "https://github.com/your-org/infersight/blob/main/alerts/runbooks")
 
     def runbooks(self) -> str:
         """The runbook base URL: the configured one, else the repository's alerts/runbooks/ folder."""
@@ -346,9 +343,8 @@ class Grafana(Section):
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("expected a URL starting with http:// or https://, e.g. http://127.0.0.1:3000")
+    def _url(cls, value: str | None) -> str | None:
+        value = _http_url(value, "expected a URL starting with http:// or https://, e.g. http://127.0.0.1:3000")
         return value.rstrip("/") if value else value
 
 
