@@ -203,7 +203,7 @@ async def send_all_grpc(target: str, bodies: list[bytes], concurrency: int) -> d
 def run_case(traces: int, timeline_share: float, concurrency: int, timeout: float, workdir: Path,
              pipeline: dict, protocol: str = "http", encoding: str = "text") -> dict:
     from infersight.pipelines.clickhouse_server import ClickHouseServer
-    from infersight.pipelines.schema import migrations
+    from infersight.pipelines.schema import ddl, migrations
     from infersight.pipelines.schema.ddl import SchemaOptions
 
     bodies = build_requests(traces, timeline_share, encoding=encoding)
@@ -238,12 +238,12 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
         if stats["errors"]:
             raise RuntimeError(f"{stats['errors']} requests were refused; the figures would be meaningless")
         deadline = time.monotonic() + timeout
-        while (stored := client.query(f"SELECT count() FROM {DB}.otel_traces").result_rows[0][0]) < spans:
+        while (stored := client.query(f"SELECT count() FROM {DB}.{ddl.TRACES}").result_rows[0][0]) < spans:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {stored:,} of {spans:,} spans reached ClickHouse in {timeout} s")
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
-        tokens = client.query(f"SELECT count() FROM {DB}.llm_token_events").result_rows[0][0]
+        tokens = client.query(f"SELECT count() FROM {DB}.{ddl.TOKENS}").result_rows[0][0]
         result = {
             "timeline_share": timeline_share, "spans": spans, "seconds": elapsed, "acked_seconds": acked,
             "spans_per_s": spans / elapsed, "token_rows": tokens, "tokens_per_s": tokens / elapsed,

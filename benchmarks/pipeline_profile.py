@@ -68,7 +68,7 @@ def profile(traces: int, share: float) -> None:
         for statement in ddl.traces_table(SchemaOptions(database="bare")):
             client.command(statement)
         client.command("CREATE DATABASE nul")
-        client.command("CREATE TABLE nul.otel_traces AS bare.otel_traces ENGINE = Null")
+        client.command(f"CREATE TABLE nul.{ddl.TRACES} AS bare.{ddl.TRACES} ENGINE = Null")
         counter = iter(range(1_000_000))
 
         def insert(database: str, data: bytes):
@@ -120,7 +120,7 @@ def token_shapes(traces: int, rounds: int = 3) -> None:
             client.command(f"DROP TABLE before.{name}")
         for statement in PER_TOKEN_BEFORE.format(db="before", offsets=ddl.TOKEN_OFFSETS).split(";\n"):
             client.command(statement)
-        client.command("DROP TABLE none.llm_token_timelines_mv")
+        client.command(f"DROP TABLE none.{ddl.TOKEN_TIMELINES}_mv")
         pids = [server.proc.pid, *children_of(server.proc.pid)]
         cases = [("no timelines (same schema)", "now", "none"),
                  ("before: per-token rows, JSON text", "before", "text"),

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from infersight.pipelines.schema.ddl import TRACES
 from infersight.signals import pipeline as sig
-
-TRACES_TABLE = "otel_traces"
 
 
 class PipelineMetrics:
@@ -20,8 +19,8 @@ class PipelineMetrics:
         self.rejected = sig.SPANS_REJECTED.register(r)
         self.truncated = sig.ATTRIBUTES_TRUNCATED.register(r)
         self.queue_depth = sig.QUEUE_DEPTH.register(r)
-        self.batch_rows = sig.BATCH_ROWS.register(r).labels(table=TRACES_TABLE)
-        self.insert_duration = sig.INSERT_DURATION.register(r).labels(table=TRACES_TABLE)
+        self.batch_rows = sig.BATCH_ROWS.register(r).labels(table=TRACES)
+        self.insert_duration = sig.INSERT_DURATION.register(r).labels(table=TRACES)
         self.retries = sig.INSERT_RETRIES.register(r)
         self.spool_bytes = sig.SPOOL_BYTES.register(r)
         self.spool_batches = sig.SPOOL_BATCHES.register(r)
