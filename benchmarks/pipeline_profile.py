@@ -89,19 +89,6 @@ def profile(traces: int, share: float) -> None:
         print(f"  {label:<72} {micros:6.2f} us/span   x{BASELINE_PY_ROWS_US / micros:5.1f} vs Python rows")
 
 
-PER_TOKEN_BEFORE = """CREATE TABLE {db}.llm_token_events (TraceId String CODEC(ZSTD(1)), SpanId String CODEC(ZSTD(1)),
-    ServiceName LowCardinality(String) CODEC(ZSTD(1)), Model LowCardinality(String) CODEC(ZSTD(1)),
-    Instance LowCardinality(String) CODEC(ZSTD(1)), TokenIndex UInt32 CODEC(Delta, ZSTD(1)),
-    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)), OffsetUs UInt64 CODEC(Delta, ZSTD(1)), GapUs Int64 CODEC(ZSTD(1)),
-    INDEX idx_timestamp Timestamp TYPE minmax GRANULARITY 1, INDEX idx_gap GapUs TYPE minmax GRANULARITY 1)
-ENGINE = MergeTree() PARTITION BY toDate(Timestamp) ORDER BY (TraceId, SpanId, TokenIndex);
-CREATE MATERIALIZED VIEW {db}.llm_token_events_mv TO {db}.llm_token_events AS SELECT TraceId, SpanId, ServiceName,
-    SpanAttributes['gen_ai.request.model'] AS Model, SpanAttributes['llm.instance'] AS Instance,
-    toUInt32(index - 1) AS TokenIndex, addMicroseconds(Timestamp, offset) AS Timestamp, offset AS OffsetUs,
-    gap AS GapUs FROM {db}.otel_traces ARRAY JOIN {offsets} AS offset, arrayDifference({offsets}) AS gap,
-    arrayEnumerate({offsets}) AS index WHERE mapContains(SpanAttributes, 'llm.token.offsets_us')"""
-
-
 def token_shapes(traces: int, rounds: int = 3) -> None:
     from infersight.pipelines.clickhouse_server import ClickHouseServer
     from infersight.pipelines.receiver import ingest_sql
@@ -118,7 +105,7 @@ def token_shapes(traces: int, rounds: int = 3) -> None:
             migrations.migrate(client, SchemaOptions(database=db))
         for name in (ddl.TOKENS, ddl.TOKEN_TIMELINES + "_mv"):  # before: the per-token table and its view
             client.command(f"DROP TABLE before.{name}")
-        for statement in PER_TOKEN_BEFORE.format(db="before", offsets=ddl.TOKEN_OFFSETS).split(";\n"):
+        for statement in ddl.per_token_events(SchemaOptions(database="before")):
             client.command(statement)
         client.command(f"DROP TABLE none.{ddl.TOKEN_TIMELINES}_mv")
         pids = [server.proc.pid, *children_of(server.proc.pid)]

@@ -279,6 +279,52 @@ ARRAY JOIN
     arrayEnumerate(offsets) AS index"""]
 
 
+def per_token_events(opts: SchemaOptions) -> list[str]:
+    """The token table of schema versions 2-4: one stored row per token, exploded at insert by a view.
+
+    No migration creates it any more (version 5 replaces it by :func:`token_events`); it is kept,
+    as it was, so that the upgrade is tested from the real thing and the benchmark
+    (benchmarks/pipeline_profile.py --token-shapes) compares against the shape it replaced.
+    """
+    days = opts.retention.tokens_days
+    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(TOKENS, local=True)}{opts.on_cluster} (
+    TraceId String CODEC(ZSTD(1)),
+    SpanId String CODEC(ZSTD(1)),
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    Model LowCardinality(String) CODEC(ZSTD(1)),
+    Instance LowCardinality(String) CODEC(ZSTD(1)),
+    TokenIndex UInt32 CODEC(Delta, ZSTD(1)),
+    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
+    OffsetUs UInt64 CODEC(Delta, ZSTD(1)),
+    GapUs Int64 CODEC(ZSTD(1)),
+    INDEX idx_timestamp Timestamp TYPE minmax GRANULARITY 1,
+    INDEX idx_gap GapUs TYPE minmax GRANULARITY 1
+) ENGINE = {opts.engine(TOKENS)}
+PARTITION BY toDate(Timestamp)
+ORDER BY (TraceId, SpanId, TokenIndex)
+TTL toDateTime(Timestamp) + toIntervalDay({days})
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1""",
+            *opts.distributed(TOKENS, "cityHash64(TraceId)"),
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(TOKENS + '_mv', local=True)}{opts.on_cluster}
+TO {opts.table(TOKENS, local=True)}
+AS SELECT
+    TraceId,
+    SpanId,
+    ServiceName,
+    {span_attr(attr.GEN_AI_REQUEST_MODEL)} AS Model,
+    {span_attr(attr.INSTANCE)} AS Instance,
+    toUInt32(index - 1) AS TokenIndex,
+    addMicroseconds(Timestamp, offset) AS Timestamp,
+    offset AS OffsetUs,
+    gap AS GapUs
+FROM {opts.table(TRACES, local=True)}
+ARRAY JOIN
+    {TOKEN_OFFSETS} AS offset,
+    arrayDifference({TOKEN_OFFSETS}) AS gap,
+    arrayEnumerate({TOKEN_OFFSETS}) AS index
+WHERE mapContains(SpanAttributes, {literal(attr.TOKEN_OFFSETS_US)})"""]
+
+
 def token_events_upgrade(opts: SchemaOptions) -> list[str]:
     """From the per-token table (schema before version 5) to :func:`token_events`.
 

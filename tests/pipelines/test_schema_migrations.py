@@ -122,20 +122,6 @@ def test_collector_rows_feed_every_view(schema):
     assert rollup == [("i-1", 1, 0, [100.0, 100.0, 100.0]), ("i-2", 1, 1, [300.0, 300.0, 300.0])]
 
 
-# What migration 2 created before version 5: one stored row per token, exploded at insert.
-PER_TOKEN_SCHEMA = [
-    """CREATE TABLE `{db}`.llm_token_events (TraceId String, SpanId String, ServiceName LowCardinality(String),
-    Model LowCardinality(String), Instance LowCardinality(String), TokenIndex UInt32, Timestamp DateTime64(9),
-    OffsetUs UInt64, GapUs Int64) ENGINE = MergeTree() ORDER BY (TraceId, SpanId, TokenIndex)""",
-    """CREATE MATERIALIZED VIEW `{db}`.llm_token_events_mv TO `{db}`.llm_token_events AS SELECT TraceId, SpanId,
-    ServiceName, SpanAttributes['gen_ai.request.model'] AS Model, SpanAttributes['llm.instance'] AS Instance,
-    toUInt32(index - 1) AS TokenIndex, addMicroseconds(Timestamp, offset) AS Timestamp, offset AS OffsetUs,
-    gap AS GapUs FROM `{db}`.otel_traces ARRAY JOIN
-    JSONExtract(SpanAttributes['llm.token.offsets_us'], 'Array(UInt64)') AS offset,
-    arrayDifference(JSONExtract(SpanAttributes['llm.token.offsets_us'], 'Array(UInt64)')) AS gap,
-    arrayEnumerate(JSONExtract(SpanAttributes['llm.token.offsets_us'], 'Array(UInt64)')) AS index
-    WHERE mapContains(SpanAttributes, 'llm.token.offsets_us')""",
-]
 TOKEN_QUERY = ("SELECT TraceId, SpanId, Instance, TokenIndex, Timestamp, OffsetUs, GapUs FROM `{db}`.llm_token_events "
                "ORDER BY TraceId, TokenIndex")
 
@@ -147,8 +133,8 @@ def test_a_per_token_schema_upgrades_to_timelines_with_the_same_rows(clickhouse_
     # Make it the schema of before: drop what version 5 made, put the per-token table and view back.
     for name in (ddl.TOKENS, ddl.TOKEN_TIMELINES + "_mv", ddl.TOKEN_TIMELINES):
         client.command(f"DROP TABLE {opts.table(name)}")
-    for statement in PER_TOKEN_SCHEMA:
-        client.command(statement.format(db=db))
+    for statement in ddl.per_token_events(opts):  # what migration 2 created before version 5
+        client.command(statement)
     client.command(f"DELETE FROM {opts.table(ddl.MIGRATIONS)} WHERE Version = 5")
     insert_spans(client, db, [_request("a" * 32, [100_000, 120_000, 450_000], 100.0, "i-1"),
                               _request("b" * 32, [5_000, 9_000], 3.0, "i-2")])
@@ -160,7 +146,7 @@ def test_a_per_token_schema_upgrades_to_timelines_with_the_same_rows(clickhouse_
     engines = dict(client.query("SELECT name, engine FROM system.tables WHERE database = {db:String}",
                                 parameters={"db": db}).result_rows)
     assert engines[ddl.TOKENS] == "View" and engines[ddl.TOKENS_V1] == "MergeTree"
-    assert "llm_token_events_mv" not in engines
+    assert ddl.TOKENS + "_mv" not in engines
     # New timelines go to the new table only, once; the copy is not repeated by a second run.
     insert_spans(client, db, [_request("c" * 32, [7_000, 8_000], 7.0, "i-3")])
     migrations._token_timelines_upgrade(client, opts)
