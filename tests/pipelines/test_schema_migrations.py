@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 
 import pytest
 
@@ -156,11 +157,18 @@ def test_a_per_token_schema_upgrades_to_timelines_with_the_same_rows(clickhouse_
 
 
 def test_one_trace_timeline_is_a_point_read_through_the_view(schema):
-    """The view's TraceId filter reaches the timelines table's primary key (not a scan of every timeline)."""
+    """The view's TraceId filter reaches the timelines table's primary key (not a scan of every timeline),
+    on the parts as the inserts left them: random trace ids, several unmerged parts that all span them."""
     client, opts = schema
-    insert_spans(client, opts.database, [_request(f"{n:032x}", [1000, 2000, 3000], 1.0, "i-1") for n in range(3000)])
-    client.command(f"OPTIMIZE TABLE {opts.table(ddl.TOKEN_TIMELINES)} FINAL")
-    trace = f"{1234:032x}"
+    traces = [hashlib.sha256(str(n).encode()).hexdigest()[:32] for n in range(6000)]
+    client.command(f"SYSTEM STOP MERGES {opts.table(ddl.TOKEN_TIMELINES)}")  # the parts stay as written
+    for batch in range(4):  # one part per insert, each ~6 granules of 256 timelines
+        insert_spans(client, opts.database, [_request(t, [1000, 2000, 3000], 1.0, "i-1")
+                                             for t in traces[batch::4]])
+    parts = client.query("SELECT count() FROM system.parts WHERE database = {db:String} AND table = {t:String} "
+                         "AND active", parameters={"db": opts.database, "t": ddl.TOKEN_TIMELINES}).result_rows
+    assert parts == [(4,)]
+    trace = traces[1234]
     plan = "\n".join(r[0] for r in client.query(
         f"EXPLAIN indexes = 1 SELECT * FROM {opts.table(ddl.TOKENS)} WHERE TraceId = {{t:String}}",
         parameters={"t": trace}).result_rows)
