@@ -52,7 +52,8 @@ class ProxyContext:
     max_buffered_response_bytes: int = DEFAULT_MAX_BUFFERED_RESPONSE_BYTES
     session: aiohttp.ClientSession | None = field(default=None)
     # Ask the engine to count tokens per streamed chunk (stream_options.continuous_usage_stats); turned
-    # off for good when the upstream refuses it (HTTP 400/422 to a request that carried it).
+    # off for good when the upstream refuses it (HTTP 400/422 to a request that carried it, while the
+    # client's own body, sent next, gets through).
     stream_usage: bool = True
 
     def refuse_stream_usage(self) -> None:

@@ -102,12 +102,15 @@ class Exchange:
         try:
             upstream = await self._send(counted or body, record.inject({}))
             if counted is not None and upstream.status in (400, 422):
-                # This engine refuses per-chunk usage: ask as the client did, and never again.
+                # Refused: the proxy's ask, or the client's own request (a prompt over the context
+                # length is a 400 too). Send the client's body as it came; only when that one gets
+                # through was it the ask that the engine refused: then never ask it again.
                 let_go(upstream)
                 upstream = None
-                context.refuse_stream_usage()
                 counted = None
                 upstream = await self._send(body, record.inject({}))
+                if 200 <= upstream.status < 300:
+                    context.refuse_stream_usage()
             if not 200 <= upstream.status < 300:
                 return await self._relay_unsuccessful(upstream, record)
             content_type = upstream.headers.get("Content-Type", "")

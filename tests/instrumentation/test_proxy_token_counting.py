@@ -117,3 +117,29 @@ def test_an_engine_that_refuses_per_chunk_usage_gets_the_clients_body():
         assert stack.wait_request_span(2).attributes["llm.request.outcome"] == "success"
     finally:
         stack.close()
+
+
+def test_a_clients_own_bad_request_does_not_turn_per_chunk_usage_off():
+    """A 400 to the proxy's ask may be the client's own (a prompt over the context length): the
+    client's body gets the same 400, so the engine did not refuse the ask; keep asking."""
+    import openai
+    import pytest
+
+    from tests.instrumentation.proxy_harness import ProxyStack
+
+    stack = ProxyStack()
+    try:
+        api = openai.OpenAI(base_url=stack.url + "/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.BadRequestError):
+            list(api.chat.completions.create(model="standin-model", messages=[], stream=True,
+                                             extra_body={"standin": {"status": 400}}))
+        assert stack.context.stream_usage is True
+        assert stack.wait_request_span(1).attributes["llm.request.outcome"] == "error"
+        chunks = list(api.chat.completions.create(model="standin-model", messages=[], stream=True,
+                                                  extra_body={"standin": {"tokens": 3}}))
+        assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) == 3
+        bodies = [served.body for served in stack.engine.served]
+        # The ask, the client's body (the same 400), then the next request asks again.
+        assert [("stream_options" in b) for b in bodies] == [True, False, True]
+    finally:
+        stack.close()
