@@ -49,12 +49,15 @@ class RequestInfo:
     stream: bool
     max_tokens: int | None
     # The body with per-chunk usage asked for (stream_options include_usage + continuous_usage_stats),
-    # or None when the request asks for it already or is not a JSON streaming request.
+    # or None when the request asks for it already, is not a JSON streaming request, or the proxy
+    # does not ask (``ask_usage`` false).
     counted_body: bytes | None = None
     client_wants_usage: bool = False  # the client asked for include_usage itself
 
     @classmethod
-    def parse(cls, operation: str, body: bytes) -> RequestInfo:
+    def parse(cls, operation: str, body: bytes, *, ask_usage: bool = True) -> RequestInfo:
+        """Read the body; with ``ask_usage`` also build the body that asks for per-chunk usage (a
+        second serialization of the whole request: only when it will be sent)."""
         try:
             payload: Any = json.loads(body)
         except ValueError:
@@ -68,7 +71,7 @@ class RequestInfo:
         options = options if isinstance(options, dict) else {}
         wants_usage = options.get("include_usage") is True
         counted = None
-        if stream and not (wants_usage and options.get("continuous_usage_stats") is True):
+        if ask_usage and stream and not (wants_usage and options.get("continuous_usage_stats") is True):
             payload["stream_options"] = {**options, "include_usage": True, "continuous_usage_stats": True}
             counted = json.dumps(payload, separators=(",", ":")).encode()
         return cls(operation, model if isinstance(model, str) and model else "unknown", stream,
@@ -90,15 +93,15 @@ class Exchange:
         self.inspector: StreamInspector | None = None
 
     async def run(self, body: bytes) -> web.StreamResponse:
-        info = RequestInfo.parse(self.operation, body)
         context = self.context
+        info = RequestInfo.parse(self.operation, body, ask_usage=context.stream_usage)
         request_id = self.request.headers.get("X-Request-Id", "")[:MAX_REQUEST_ID_CHARS] or None
         record = context.tracer.start(info.model, operation=info.operation, headers=self.request.headers,
                                       request_id=request_id, instance=context.upstream_label, pool=context.pool,
                                       max_tokens=info.max_tokens, stream=info.stream)
         record.upstream()
         upstream: aiohttp.ClientResponse | None = None
-        counted = info.counted_body if context.stream_usage else None
+        counted = info.counted_body
         try:
             upstream = await self._send(counted or body, record.inject({}))
             if counted is not None and upstream.status in (400, 422):

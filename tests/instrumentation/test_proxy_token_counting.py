@@ -57,6 +57,8 @@ def test_streaming_requests_ask_for_per_chunk_usage_once():
     info = RequestInfo.parse("chat", body)
     options = json.loads(info.counted_body)["stream_options"]
     assert options == {"include_usage": True, "continuous_usage_stats": True} and not info.client_wants_usage
+    # Once the proxy no longer asks (--no-stream-usage, or a refusing engine), no second body is built.
+    assert RequestInfo.parse("chat", body, ask_usage=False).counted_body is None
     asked = json.dumps({"model": "m", "stream": True,
                         "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
     assert RequestInfo.parse("chat", asked).counted_body is None  # already there: the body goes as it is
