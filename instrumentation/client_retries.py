@@ -38,8 +38,8 @@ class ClientRetryDetector:
                 lowered = name.lower()
                 if lowered == RETRY_COUNT_HEADER:
                     retry = retry or _positive(value)
-                elif lowered in KEY_HEADERS and value and value != request_id:
-                    keys.append(value)
+                elif lowered in KEY_HEADERS and value and value not in keys:
+                    keys.append(value)  # once: a key sent in two headers is one request, not a retry
         for key in keys:
             retry = self._seen_before(key) or retry
         return retry

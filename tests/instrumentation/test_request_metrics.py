@@ -142,6 +142,17 @@ def test_client_retries_from_sdk_headers_and_repeated_keys():
     assert traced.metric(request.CLIENT_RETRIES.name, **LABELS) == 3
 
 
+def test_one_key_in_several_headers_is_one_request_not_a_retry():
+    from infersight.instrumentation.client_retries import ClientRetryDetector
+
+    detector = ClientRetryDetector()
+    # A gateway that sets X-Request-Id to the caller's Idempotency-Key, and passes it as the request id.
+    first = {"Idempotency-Key": "k-9", "X-Request-Id": "k-9"}
+    assert not detector.is_retry(first, request_id="k-9")
+    assert detector.is_retry(first, request_id="k-9")  # the same request sent again
+    assert not detector.is_retry({"idempotency-key": "k-10", "x-request-id": "k-10"})
+
+
 def test_remembered_keys_stay_bounded():
     from infersight.instrumentation.client_retries import ClientRetryDetector
 
