@@ -485,7 +485,11 @@ class RequestContext:
         e2e_s = (end_ns - self._start_ns) / 1e9
         produced = output_tokens if output_tokens is not None else (count or None)
         tpot_s = None
-        if count >= 2:
+        if truncated and first_ns is not None and produced and produced > count:
+            # The buffer kept only the last readings; the usage counts every token, so its gaps run
+            # from the first token (noted apart) to the last one.
+            tpot_s = (times[-1] - first_ns) / 1e9 / (produced - 1)
+        elif count >= 2:
             # Usage that counts more tokens than were timed (several per streamed chunk) divides the
             # same first-to-last span by the true number of gaps.
             tpot_s = (times[-1] - times[0]) / 1e9 / (max(count, produced or 0) - 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 
@@ -9,6 +10,7 @@ import pytest
 
 from infersight import attributes as attr
 from infersight.instrumentation import RequestTracer, timeline
+from infersight.signals import request
 from tests.instrumentation.tracing_helpers import make_traced
 
 MODEL = "llama-3-8b"
@@ -45,6 +47,26 @@ def test_a_stream_longer_than_the_cap_keeps_its_last_tokens_and_is_counted():
     assert first - req._start_ns <= ttft_ns < times[0] - req._start_ns
     assert span.attributes[attr.GEN_AI_USAGE_OUTPUT_TOKENS] == 20
     assert traced.metric("infersight_tracing_timelines_truncated_total", model=MODEL) == 1
+
+
+@pytest.mark.parametrize("usage", [20, None])
+def test_tpot_of_a_truncated_stream_is_its_true_time_per_token(monkeypatch, usage):
+    """One token a millisecond, 20 of them, 8 kept: TPOT is 1 ms, whether the usage counts all 20
+    (gaps from the first token, noted apart) or there is none (the kept readings' own gaps)."""
+    from infersight.instrumentation import tracer as tracer_module
+
+    clock = itertools.count(10**12, 1_000_000)  # every reading of the tracer's clock 1 ms after the last
+    monkeypatch.setattr(tracer_module, "_now", lambda: next(clock))
+    traced = make_traced(random_share=1.0, max_timeline_tokens=8)
+    req = traced.tracer.start(MODEL, instance="e0")
+    for _ in range(20):
+        req.token()
+    req.finish("stop", output_tokens=usage)
+    span = traced.one(f"chat {MODEL}")
+    assert span.attributes[attr.TOKEN_TRUNCATED] is True
+    assert span.attributes[attr.TPOT_MS] == pytest.approx(1.0)
+    tpot = traced.metric(f"{request.TPOT.name}_sum", model=MODEL, instance="e0", pool="", strategy="")
+    assert tpot == pytest.approx(0.001)
 
 
 def test_exactly_the_cap_is_not_a_truncation():
