@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tests.engines
 
 from benchmarks.proxy_latency import _proxy_process, _start  # noqa: E402
+from infersight.signals import request  # noqa: E402
 
 
 def _stream(base: str, tokens: int) -> dict:
@@ -58,7 +59,7 @@ def _stream(base: str, tokens: int) -> dict:
 def _proxy_gaps(proxy: str) -> float:
     with urllib.request.urlopen(proxy + "/metrics", timeout=10) as response:
         for line in response.read().decode().splitlines():
-            if line.startswith("llm_inter_token_latency_seconds_count{"):
+            if line.startswith(f"{request.INTER_TOKEN.name}_count{{"):
                 return float(line.rsplit(" ", 1)[1])
     return 0.0
 

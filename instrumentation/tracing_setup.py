@@ -119,8 +119,8 @@ class CountingExporter(SpanExporter):
                 self.failing = True
                 _QUIET.failing.add(id(self))
                 log.warning("infersight: span export to %s failing; spans are dropped and counted in "
-                            "infersight_tracing_spans_dropped_total{reason=\"export_failed\"} (logged again "
-                            "when exports recover)", self.target)
+                            "%s{reason=\"export_failed\"} (logged again when exports recover)", self.target,
+                            request.SPANS_DROPPED.name)
         elif self.failing:
             self.failing = False
             _QUIET.failing.discard(id(self))
