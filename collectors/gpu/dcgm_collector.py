@@ -207,16 +207,16 @@ def gpu_series(g: DcgmGPU) -> Iterator[Series]:
 def xid_series(labels: tuple[str, ...], last_xid: int) -> Iterator[Series]:
     """dcgm-exporter's last-XID gauge as the catalog's XID counter.
 
-    The paging codes are always present, 1 while the GPU's last XID is that code and 0 otherwise;
-    another code shows (at 1) while it is the last one. So ``increase()`` counts each time the last
-    XID became that code: a first XID 79 is a 0 -> 1 step the paging alert sees. The same code
-    raised again is invisible (the last value does not change).
+    The known codes (``gpu.KNOWN_XIDS``, the ones the NVML collector also creates at 0) are always
+    present, 1 while the GPU's last XID is that code and 0 otherwise; another code shows (at 1)
+    while it is the last one. So ``increase()`` counts each time the last XID became that code: a
+    first XID 79 (or 13) is a 0 -> 1 step the alerts see. The same code raised again is invisible
+    (the last value does not change).
     """
     code = str(last_xid)
-    paging = [str(xid) for xid in gpu.PAGING_XIDS]
-    for known in paging:
+    for known in gpu.KNOWN_XIDS:
         yield gpu.XID_ERRORS, (*labels, known), 1.0 if code == known else 0.0
-    if last_xid != 0 and code not in paging:
+    if last_xid != 0 and code not in gpu.KNOWN_XIDS:
         yield gpu.XID_ERRORS, (*labels, code), 1.0
 
 

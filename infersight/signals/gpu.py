@@ -60,7 +60,7 @@ ECC_ERRORS = declare("gpu_ecc_errors_total", Kind.COUNTER, "", (*DEVICE_LABELS, 
 KNOWN_XIDS = ("13", "31", "43", "48", "63", "64", "74", "79", "94", "95")
 XID_ERRORS = declare("gpu_xid_errors_total", Kind.COUNTER, "", (*DEVICE_LABELS, "xid"),
                      "XID errors seen by the collector, by XID code (79: fallen off the bus). From dcgm-exporter, "
-                     "which keeps only the last XID: 1 for the last code, 0 for the paging codes it is not, so "
+                     "which keeps only the last XID: 1 for the last code, 0 for the known codes it is not, so "
                      "increase() counts changes of the last XID, a lower bound on events.", PRODUCER)
 SM_ACTIVITY = declare("gpu_sm_activity_ratio", Kind.GAUGE, "ratio", DEVICE_LABELS,
                       "GPM SM utilization 0..1 (share of SMs busy, time-averaged).", PRODUCER)

@@ -102,10 +102,15 @@ def test_custom_counters_old_labels_mig_and_blanks():
     assert g1.reading.memory_total_bytes is None  # no FB_TOTAL, and no parts to add up
 
 
+# Every known code exists at 0 (as the NVML collector creates them), the last code reads 1.
+NO_XID = dict.fromkeys(gpu.KNOWN_XIDS, 0)
+
+
 @pytest.mark.parametrize(("last", "expected"), [
-    (0, {"48": 0, "79": 0, "95": 0}),
-    (79, {"48": 0, "79": 1, "95": 0}),
-    (13, {"48": 0, "79": 0, "95": 0, "13": 1}),
+    (0, NO_XID),
+    (79, {**NO_XID, "79": 1}),
+    (13, {**NO_XID, "13": 1}),
+    (119, {**NO_XID, "119": 1}),  # a code outside the known list appears at 1
 ])
 def test_last_xid_becomes_the_catalog_counter(served, last, expected):
     text = DEFAULT.replace('err_msg="GPU has fallen off the bus"} 79', f'err_msg="x"}} {last}')
