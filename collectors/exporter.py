@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from infersight.exposition import without_created
+from infersight.exposition import generate, without_created
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -26,3 +27,31 @@ def serve(registry: CollectorRegistry, listen: str) -> tuple[WSGIServer, threadi
     """
     host, port = parse_listen(listen)
     return start_http_server(port, addr=host, registry=without_created(registry))
+
+
+class _Collected:
+    """Families already collected, as a registry member: render them without collecting again."""
+
+    def __init__(self, families: list) -> None:
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)
+
+
+def exposition_of(families: list) -> str:
+    """The text exposition of families one scrape already produced (what each ``--once`` prints)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collected(families))
+    return generate(registry).decode()
+
+
+def wait_until_stopped() -> None:
+    """Block a serving command's main thread until SIGTERM or Ctrl-C; the caller then shuts down."""
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        while not stopping.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass

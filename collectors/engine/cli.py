@@ -77,18 +77,15 @@ def run(args, config) -> int:
 
 
 def _once(collector, fmt: str) -> int:
-    from prometheus_client import CollectorRegistry
-
     from infersight.commands.output import render
-    from infersight.exposition import generate
+
+    from ..exporter import exposition_of
 
     cycle = collector.run_cycle()
     if cycle.file_sd_error:
         print(f"infersight: file_sd: {cycle.file_sd_error}", file=sys.stderr)
     if fmt == "prom":
-        registry = CollectorRegistry()
-        registry.register(_Frozen(cycle.families))
-        sys.stdout.write(generate(registry).decode())
+        sys.stdout.write(exposition_of(cycle.families))
     else:
         print(render([r.row() for r in cycle.results], fmt,
                      ["instance", "engine", "up", "series", "seconds", "error", "detail"]))
@@ -99,22 +96,10 @@ def _once(collector, fmt: str) -> int:
     return 1 if failed or cycle.file_sd_error else 0
 
 
-class _Frozen:
-    """Serves families already collected (prints the cycle we ran, without scraping again)."""
-
-    def __init__(self, families):
-        self.families = families
-
-    def collect(self):
-        return iter(self.families)
-
-
 def _serve(collector, listen: str) -> int:
-    import threading
-
     from prometheus_client import CollectorRegistry
 
-    from ..exporter import serve
+    from ..exporter import serve, wait_until_stopped
 
     registry = CollectorRegistry()
     registry.register(collector)
@@ -127,9 +112,10 @@ def _serve(collector, listen: str) -> int:
     print(f"infersight: serving normalized engine metrics on http://{host}:{server.server_port}/metrics",
           file=sys.stderr, flush=True)
     try:
-        threading.Event().wait()
+        wait_until_stopped()
     finally:
         server.shutdown()
+        server.server_close()
     return 0
 
 

@@ -73,25 +73,13 @@ def run(args, config) -> int:
         collector.close()
 
 
-class _Frozen:
-    def __init__(self, families):
-        self.families = families
-
-    def collect(self):
-        return iter(self.families)
-
-
 def _once(collector, fmt: str) -> int:
-    from prometheus_client import CollectorRegistry
-
+    from infersight.collectors.exporter import exposition_of
     from infersight.commands.output import render
-    from infersight.exposition import generate
 
     results = collector.scrape()
     if fmt == "prom":
-        registry = CollectorRegistry()
-        registry.register(_Frozen(collector.families(results)))
-        sys.stdout.write(generate(registry).decode())
+        sys.stdout.write(exposition_of(collector.families(results)))
     else:
         print(render([r.row() for r in results], fmt, ["source", "kind", "up", "series", "seconds", "error",
                                                       "detail"]))
@@ -103,10 +91,7 @@ def _once(collector, fmt: str) -> int:
 
 
 def _serve(collector, listen: str) -> int:
-    import signal
-    import threading
-
-    from infersight.collectors.exporter import serve
+    from infersight.collectors.exporter import serve, wait_until_stopped
 
     from .collector import build_registry
 
@@ -118,13 +103,8 @@ def _serve(collector, listen: str) -> int:
     host = listen.rpartition(":")[0]
     print(f"infersight: serving {len(collector.targets)} gateway source(s) on http://{host}:{server.server_port}"
           "/metrics", file=sys.stderr, flush=True)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        while not stopping.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
+        wait_until_stopped()
     finally:
         server.shutdown()
         server.server_close()

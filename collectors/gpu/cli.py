@@ -134,10 +134,7 @@ def _once(exporter, fmt: str) -> int:
 
 
 def _serve(exporter, args, config) -> int:
-    import signal
-    import threading
-
-    from infersight.collectors.exporter import parse_listen
+    from infersight.collectors.exporter import parse_listen, wait_until_stopped
 
     listen = args.listen or config.listeners.gpu_exporter
     try:
@@ -156,13 +153,8 @@ def _serve(exporter, args, config) -> int:
     host = listen.rpartition(":")[0]
     print(f"serving {len(exporter.sampler.devices)} GPUs ({exporter.backend.name}) on http://{host}:{port}/metrics",
           flush=True)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        while not stopping.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
+        wait_until_stopped()
     finally:
         exporter.stop()
     return 0
@@ -240,10 +232,7 @@ DCGM_COLUMNS = ("node", "gpu", "uuid", "gpu_model", "up", "bandwidth_utilization
 
 
 def _dcgm_serve(collector, args, config) -> int:
-    import signal
-    import threading
-
-    from infersight.collectors.exporter import parse_listen, serve
+    from infersight.collectors.exporter import parse_listen, serve, wait_until_stopped
     from infersight.collectors.gpu.dcgm_collector import build_registry
 
     listen = args.listen or config.listeners.gpu_exporter
@@ -259,13 +248,8 @@ def _dcgm_serve(collector, args, config) -> int:
     host = listen.rpartition(":")[0]
     print(f"serving GPUs of {len(collector.sources)} dcgm-exporter(s) on http://{host}:{server.server_port}/metrics",
           flush=True)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        while not stopping.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
+        wait_until_stopped()
     finally:
         server.shutdown()
         server.server_close()

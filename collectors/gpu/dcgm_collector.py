@@ -18,10 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
 from infersight.collectors.engine.scrape import ScrapeError, fetch
+from infersight.collectors.exporter import exposition_of
 from infersight.collectors.gpu.dcgm import DcgmFormatError, DcgmGPU, parse
 from infersight.collectors.gpu.readings import DeviceIdentity
 from infersight.collectors.gpu.series import Series, device_labels, reading_series
@@ -226,16 +227,6 @@ def build_registry(collector: DcgmCollector) -> CollectorRegistry:
     return registry
 
 
-class _Frozen(Collector):
-    def __init__(self, families: list):
-        self._families = families
-
-    def collect(self):
-        return self._families
-
-
 def exposition(collector: DcgmCollector, results: list[SourceResult]) -> str:
     """The exposition of scrape ``results`` already taken (what ``--once`` prints), without scraping again."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Frozen(collector.families(results)))
-    return generate_latest(registry).decode()
+    return exposition_of(collector.families(results))
