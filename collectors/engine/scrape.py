@@ -25,6 +25,23 @@ class ScrapeError(Exception):
         self.reason = reason
 
 
+class TargetError(ValueError):
+    """A target specification that cannot be used; the message says what to change."""
+
+
+def check_url(url: str, example: str = "http://10.0.0.5:8000/metrics") -> str:
+    """``url`` if :func:`fetch` can use it (http(s), a host, a valid port), else :class:`TargetError`
+    naming ``example``. Engine, gateway and dcgm-exporter targets are all checked here."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TargetError(f"{url!r} is not an http(s) URL with a host, e.g. {example}")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise TargetError(f"{url!r} has an invalid port") from None
+    return url
+
+
 @dataclass(frozen=True)
 class Fetched:
     text: str

@@ -20,13 +20,10 @@ from infersight.signals.engine import EngineRole
 
 from .engines import ENGINES
 from .normalize import TargetLabels
+from .scrape import TargetError, check_url
 
 ENGINE_CHOICES = ("auto", *ENGINES)
 ROLE_CHOICES = tuple(role.value for role in EngineRole)
-
-
-class TargetError(ValueError):
-    """A target specification that cannot be used; the message says what to change."""
 
 
 @dataclass(frozen=True)
@@ -58,17 +55,6 @@ class Target:
 
     def labels(self) -> TargetLabels:
         return TargetLabels(self.instance, self.pool, self.node, self.gpu, self.model, self.role)
-
-
-def check_url(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TargetError(f"{url!r} is not an http(s) URL with a host, e.g. http://10.0.0.5:8000/metrics")
-    try:
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError:
-        raise TargetError(f"{url!r} has an invalid port") from None
-    return url
 
 
 def default_instance(url: str) -> str:

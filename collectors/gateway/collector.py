@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
-from infersight.collectors.engine.scrape import ScrapeError, fetch
+from infersight.collectors.engine.scrape import ScrapeError, TargetError, check_url, fetch
 from infersight.signals import gateway as gw
 from infersight.signals.catalog import Signal
 
@@ -28,10 +28,6 @@ from .products import SOURCES
 log = logging.getLogger(__name__)
 KINDS = ("auto", *SOURCES)
 MAX_WORKERS = 32
-
-
-class TargetError(ValueError):
-    """A target specification that cannot be used; the message says what to change."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +40,11 @@ class GatewayTarget:
     model: str = ""
 
     def __post_init__(self) -> None:
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise TargetError(f"{self.url!r} is not an http(s) URL with a host, e.g. http://epp:9090/metrics")
-        try:
-            parts.port  # noqa: B018 - raises on a bad port
-        except ValueError:
-            raise TargetError(f"{self.url!r} has an invalid port") from None
+        check_url(self.url, "http://epp:9090/metrics")
         if self.kind not in KINDS:
             raise TargetError(f"unknown gateway kind {self.kind!r} for {self.url}; expected one of {', '.join(KINDS)}")
         if not self.name:  # host:port, plus the path when it is not /metrics (two sources on one host)
+            parts = urllib.parse.urlsplit(self.url)
             path = parts.path if parts.path not in ("", "/", "/metrics") else ""
             object.__setattr__(self, "name", parts.netloc + path)
 

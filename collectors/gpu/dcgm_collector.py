@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
-from infersight.collectors.engine.scrape import ScrapeError, fetch
+from infersight.collectors.engine.scrape import ScrapeError, check_url, fetch
 from infersight.collectors.exporter import exposition_of
 from infersight.collectors.gpu.dcgm import DcgmFormatError, DcgmGPU, parse
 from infersight.collectors.gpu.readings import DeviceIdentity
@@ -40,13 +40,7 @@ class DcgmSource:
     node: str = ""  # overrides the exporter's hostname label
 
     def __post_init__(self) -> None:
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{self.url!r} is not an http(s) URL with a host, e.g. http://10.0.0.5:9400/metrics")
-        try:
-            parts.port  # noqa: B018 - raises on a bad port
-        except ValueError:
-            raise ValueError(f"{self.url!r} has an invalid port") from None
+        check_url(self.url, "http://10.0.0.5:9400/metrics")  # raises TargetError, a ValueError
 
     @property
     def fallback_node(self) -> str:
