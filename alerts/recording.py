@@ -22,6 +22,11 @@ def name(level: str | tuple[str, ...], metric: str, operations: str) -> str:
     return f"{level}:{metric}:{operations}"
 
 
+def level_labels(record: str) -> tuple[str, ...]:
+    """The labels a recorded series keeps, read back from its level: ``model_pool:...`` -> (model, pool)."""
+    return tuple(record.split(":", 1)[0].split("_"))
+
+
 def quantile_name(signal: Signal, level: tuple[str, ...], q: float) -> str:
     return name(level, signal.name, f"p{round(q * 100)}_rate5m")
 

@@ -18,6 +18,7 @@ from infersight.dashboards.panels import (
     dashboard_url,
     data_link,
     layout,
+    recorded,
     stat,
     timeseries,
     variable,
@@ -27,10 +28,6 @@ from infersight.signals import gateway, request
 UID = "infersight-breaker"
 F = {"model": "=~$model", "pool": "=~$pool"}
 WHO = "{{instance}} {{pool}}"
-
-
-def recorded(name: str) -> str:
-    return f'{name}{{model=~"$model",pool=~"$pool"}}'
 
 
 def state(name: str) -> str:
@@ -53,7 +50,7 @@ def _now(limits: Limits) -> list[dict]:
 
 
 def _latency(limits: Limits) -> list[dict]:
-    p99 = recorded(rec.TTFT_P99_BY_INSTANCE)
+    p99 = recorded(rec.TTFT_P99_BY_INSTANCE, F)
     peers = f"quantile by (model, pool) (0.5, {p99})"
     drill = data_link("Instance drill-down: ${__field.labels.instance}",
                  dashboard_url(instance.UID, instance="${__field.labels.instance}"))
@@ -81,7 +78,8 @@ def _retries(limits: Limits) -> list[dict]:
     timeouts = f"sum by (model, pool, kind) ({request.TIMEOUTS.rate(RATE, **F)})"
     return [
         timeseries("Gateway retries per request", "percentunit",
-                   [Q(per_request, "{{model}} {{pool}}"), Q(rec.RETRIES_PER_REQUEST, "{{model}} with client retries")],
+                   [Q(per_request, "{{model}} {{pool}}"),
+                    Q(recorded(rec.RETRIES_PER_REQUEST, F), "{{model}} with client retries")],
                    line=Line(limits.retry_ratio), width=8,
                    description="Retry attempts over finished requests; the line is the retry-storm threshold "
                                "(thresholds.retry_ratio).",
@@ -107,7 +105,7 @@ def _ejections(limits: Limits) -> list[dict]:
                    description="Times the gateway ejected each instance in the last 5 minutes.",
                    good="0; the same instance again and again is flapping."),
         timeseries("Share of instances ejected in 5 minutes", "percentunit",
-                   [Q(rec.EJECTED_SHARE, "{{model}} {{pool}}")],
+                   [Q(recorded(rec.EJECTED_SHARE, F), "{{model}} {{pool}}")],
                    line=Line(limits.ejection_share), max_value=1, width=6,
                    description="An ejection cascade trips the line (thresholds.ejection_share).",
                    good="0; many at once means the survivors get overloaded and fail next."),
@@ -123,7 +121,7 @@ def _ejections(limits: Limits) -> list[dict]:
                    good="young instances are few and leave the red zone without being ejected (else: cold-start "
                         "thrash)."),
         timeseries("Cached share of prompt tokens per instance", "percentunit",
-                   [Q(recorded(rec.CACHED_INPUT_RATIO), WHO)],
+                   [Q(recorded(rec.CACHED_INPUT_RATIO, F), WHO)],
                    line=Line(limits.cold_cache_hit_ratio, below=True), max_value=1, width=12,
                    description="Prompt tokens served from the prefix cache; under the line an instance is "
                                "cache-cold (thresholds.cold_cache_hit_ratio).",

@@ -11,7 +11,7 @@ from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.capacity import plan
 from infersight.config import Config
-from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, stat, timeseries, variable
+from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, recorded, stat, timeseries, variable
 from infersight.signals import engine, gateway, request
 
 UID = "infersight-capacity"
@@ -20,20 +20,14 @@ LEGEND = "{{model}} {{pool}}"
 TOKENS_PER_S = "suffix: tok/s"
 
 
-def recorded(name: str, **labels: str) -> str:
-    matchers = ",".join(f'{k}=~"${v}"' for k, v in labels.items())
-    return f"{name}{{{matchers}}}"
-
-
 def _signals(limits: Limits) -> list[dict]:
-    by_pool = {"model": "model", "pool": "pool"}
-    depth = [Q(recorded(rec.GATEWAY_QUEUE_SUM, **by_pool), "now " + LEGEND),
-             Q(recorded(rec.GATEWAY_QUEUE_AVG30M, **by_pool), "30m mean " + LEGEND)]
-    ttft_p95 = recorded(rec.TTFT_P95_BY_MODEL, model="model")
+    depth = [Q(recorded(rec.GATEWAY_QUEUE_SUM, F), "now " + LEGEND),
+             Q(recorded(rec.GATEWAY_QUEUE_AVG30M, F), "30m mean " + LEGEND)]
+    ttft_p95 = recorded(rec.TTFT_P95_BY_MODEL, F)
     bar = limits.rising_share * limits.ttft_p95_target_seconds
     horizon_s = round(limits.forecast_hours * 3600)
-    demand = recorded(rec.IN_FLIGHT_SUM, model="model")
-    capacity = f"{recorded(rec.SERVING_INSTANCES, model='model')} * {limits.requests_per_instance}"
+    demand = recorded(rec.IN_FLIGHT_SUM, F)
+    capacity = f"{recorded(rec.SERVING_INSTANCES, F)} * {limits.requests_per_instance}"
     return [
         timeseries("Gateway queue depth and its 30-minute mean", "short", depth,
                    line=Line(limits.gateway_queue_depth), width=12,

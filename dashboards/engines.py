@@ -9,7 +9,18 @@ from __future__ import annotations
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.config import Config
-from infersight.dashboards.panels import RATE, Line, Q, dashboard, heatmap, layout, stat, timeseries, variable
+from infersight.dashboards.panels import (
+    RATE,
+    Line,
+    Q,
+    dashboard,
+    heatmap,
+    layout,
+    recorded,
+    stat,
+    timeseries,
+    variable,
+)
 from infersight.signals import engine
 
 UID = "infersight-engines"
@@ -81,7 +92,7 @@ def _cache(limits: Limits) -> list[dict]:
                    max_value=1, description="Share of the KV cache blocks in use.",
                    good="high but under the line; at the line the engine preempts requests."),
         timeseries("Prefix-cache hit ratio (token-weighted)", "percentunit",
-                   [Q(hit_ratio, "{{instance}}"), Q(f'{rec.PREFIX_HIT_RATIO}{{model=~"$model"}}', "model {{model}}")],
+                   [Q(hit_ratio, "{{instance}}"), Q(recorded(rec.PREFIX_HIT_RATIO, F), "model {{model}}")],
                    line=Line(limits.cold_cache_hit_ratio, below=True), max_value=1,
                    description="rate(hits) / rate(queries); under the line an instance is cache-cold.",
                    good="stable per model; a sudden fall is a prefix-cache collapse (routing or eviction)."),

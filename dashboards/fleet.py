@@ -11,18 +11,13 @@ from __future__ import annotations
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.config import Config
-from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, stat, timeseries, variable
+from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, recorded, stat, timeseries, variable
 from infersight.signals import gateway, request
 
 UID = "infersight-fleet"
 F = {"model": "=~$model", "pool": "=~$pool"}  # the dashboard variables, on every request/gateway query
 BY = ("model", "pool")
 LEGEND = "{{model}} {{pool}}"
-
-
-def recorded(name: str) -> str:
-    """A recording rule's series narrowed to the dashboard's model and pool."""
-    return f'{name}{{model=~"$model",pool=~"$pool"}}'
 
 
 def failed_share(by: str, **matchers: str) -> str:
@@ -52,7 +47,8 @@ def _now(limits: Limits) -> list[dict]:
         stat("Gateway queue", "short", [Q(f"sum({gateway.QUEUE_DEPTH.select(**F)})", "queued")],
              line=Line(limits.gateway_queue_depth), description="Requests waiting at the gateway for an instance.",
              good="near 0; its 30-minute mean over the line asks for more instances."),
-        stat("Retries per request now", "percentunit", [Q(rec.RETRIES_PER_REQUEST, "{{model}} with client retries")],
+        stat("Retries per request now", "percentunit",
+             [Q(recorded(rec.RETRIES_PER_REQUEST, F), "{{model}} with client retries")],
              line=Line(limits.retry_ratio), decimals=2, description="Retry attempts over finished requests.",
              good="a few percent; at the line it is a retry storm."),
     ]
@@ -61,7 +57,7 @@ def _now(limits: Limits) -> list[dict]:
 def _latency(config: Config, limits: Limits) -> list[dict]:
     ttft = [Q(request.TTFT.quantile(q, BY, RATE, **F), f"p{round(q * 100)} {LEGEND}") for q in rec.QUANTILES]
     tpot = [Q(request.TPOT.quantile(q, BY, RATE, **F), f"p{round(q * 100)} {LEGEND}") for q in rec.QUANTILES]
-    over_slo = Q(f'{rec.slo_errors_name("5m")}{{model=~"$model"}}', "{{model}}")
+    over_slo = Q(recorded(rec.slo_errors_name("5m"), F), "{{model}}")
     return [
         timeseries("TTFT p50 / p95 / p99 vs SLO", "s", ttft, line=Line(limits.ttft_slo_seconds),
                    description=f"Time to first token as clients see it; the line is the SLO "
@@ -81,7 +77,7 @@ def _traffic(limits: Limits) -> list[dict]:
     rejections = f"sum by (model, pool, reason) ({request.REJECTIONS.rate(RATE, **F)})"
     retries = (f"sum by (model, pool) ({request.RETRIES.rate(RATE, **F)}) "
                f"/ sum by (model, pool) ({request.REQUESTS.rate(RATE, **F)})")
-    rejected_share = f'{rec.REJECTION_RATIO}{{model=~"$model"}}'
+    rejected_share = recorded(rec.REJECTION_RATIO, F)
     return [
         timeseries("Request rate by outcome", "reqps", [Q(requests, LEGEND + " {{outcome}}")], stack=True,
                    description="Finished requests per second by outcome.",
@@ -95,7 +91,7 @@ def _traffic(limits: Limits) -> list[dict]:
                    good="0, under the line."),
         timeseries("Retries per request", "percentunit",
                    [Q(retries, LEGEND),
-                    Q(f'{rec.RETRIES_PER_REQUEST}{{model=~"$model"}}', "with client retries {{model}}")],
+                    Q(recorded(rec.RETRIES_PER_REQUEST, F), "with client retries {{model}}")],
                    line=Line(limits.retry_ratio),
                    description="Gateway re-attempts over finished requests, per pool; and per model with the "
                                "clients' own retries (SDK retry headers, repeated request ids), which the "
@@ -111,7 +107,7 @@ def _instances(limits: Limits) -> list[dict]:
                    description="healthy, cold (starting), half_open (breaker: low-priority traffic only), ejected.",
                    good="all healthy; cold only right after a scale-out."),
         timeseries("Share of instances ejected in 5 minutes", "percentunit",
-                   [Q(f'{rec.EJECTED_SHARE}{{model=~"$model"}}', LEGEND)],
+                   [Q(recorded(rec.EJECTED_SHARE, F), LEGEND)],
                    line=Line(limits.ejection_share), max_value=1, width=12,
                    description="Per model and pool, instances in their cold start apart: an ejection cascade "
                                "trips the line (thresholds.ejection_share).",

@@ -12,7 +12,7 @@ from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.collectors.gpu.promql import energy_per_token
 from infersight.config import Config
-from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, stat, timeseries, variable
+from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, recorded, stat, timeseries, variable
 from infersight.signals import gpu
 
 UID = "infersight-gpus"
@@ -57,7 +57,7 @@ def _saturation(limits: Limits) -> list[dict]:
     return [
         timeseries("Memory bandwidth utilization", "percentunit",
                    [Q(bandwidth, DEVICE + " ({{source}})"),
-                    Q(f'{rec.BANDWIDTH_AVG5M}{{node=~"$node",gpu=~"$gpu"}}', DEVICE + " 5m mean")],
+                    Q(recorded(rec.BANDWIDTH_AVG5M, F), DEVICE + " 5m mean")],
                    line=Line(limits.bandwidth_saturation), max_value=1, width=12,
                    description="source=gpm: NVML GPM DRAM_BW_UTIL (Hopper and newer); source=dcgm: "
                                "dcgm-exporter's DCGM_FI_PROF_DRAM_ACTIVE; source=nvml_busy: the memory-busy time "
@@ -65,7 +65,7 @@ def _saturation(limits: Limits) -> list[dict]:
                    good="under the line; decode is bandwidth-bound, so this, not SM activity, says 'full'."),
         timeseries("SM activity", "percentunit",
                    [Q(per_device(gpu.SM_ACTIVITY), DEVICE),
-                    Q(f'{rec.SM_ACTIVITY_AVG5M}{{node=~"$node",gpu=~"$gpu"}}', DEVICE + " 5m mean")],
+                    Q(recorded(rec.SM_ACTIVITY_AVG5M, F), DEVICE + " 5m mean")],
                    line=Line(limits.compute_low, below=True), max_value=1, width=12,
                    description="GPM share of SMs busy (from dcgm-exporter: DCGM_FI_PROF_SM_ACTIVE, not in its "
                                "default counters). Bandwidth over its line with SM activity under this one: "

@@ -22,6 +22,7 @@ from infersight.dashboards.panels import (
     gauge,
     layout,
     link,
+    recorded,
     stat,
     timeseries,
     variable,
@@ -47,7 +48,7 @@ def slowest_traces() -> dict:
 
 
 def _now(limits: Limits) -> list[dict]:
-    p99 = f"{rec.TTFT_P99_BY_INSTANCE}{{instance=~\"$instance\"}}"
+    p99 = recorded(rec.TTFT_P99_BY_INSTANCE, I)
     hit_ratio = (f"sum({engine.PREFIX_CACHE_HITS.rate(RATE, **I)}) "
                  f"/ sum({engine.PREFIX_CACHE_QUERIES.rate(RATE, **I)})")
     return [
@@ -103,7 +104,7 @@ def _cache(limits: Limits) -> list[dict]:
                    good="under the line."),
         timeseries("Prefix-cache hits", "percentunit",
                    [Q(engine_hits, "engine (token-weighted)"),
-                    Q(f'{rec.CACHED_INPUT_RATIO}{{instance=~"$instance"}}', "cached prompt share (requests) {{pool}}")],
+                    Q(recorded(rec.CACHED_INPUT_RATIO, I), "cached prompt share (requests) {{pool}}")],
                    line=Line(limits.cold_cache_hit_ratio, below=True), max_value=1,
                    description="The engine's hit ratio and the share of prompt tokens the requests report cached.",
                    good="above the line and steady; the two agree when the gateway sends the engine's usage."),
@@ -150,7 +151,7 @@ def _gpus(limits: Limits) -> list[dict]:
 
 
 def _breaker(limits: Limits) -> list[dict]:
-    p99 = f'{rec.TTFT_P99_BY_INSTANCE}{{instance=~"$instance"}}'
+    p99 = recorded(rec.TTFT_P99_BY_INSTANCE, I)
     return [
         timeseries("Breaker: TTFT p99 vs the threshold", "s", [Q(p99, "p99 {{pool}}")],
                    line=Line(limits.instance_p99_ttft_seconds),

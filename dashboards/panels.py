@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import copy
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from infersight.alerts.recording import level_labels
 from infersight.dashboards.datasources import (
     CLICKHOUSE_NAME,
     CLICKHOUSE_PLUGIN,
@@ -62,6 +63,18 @@ class Line:
     value: float
     below: bool = False
     warn: float | None = None
+
+
+def recorded(record: str, matchers: Mapping[str, str]) -> str:
+    """A recording rule's series narrowed by the dashboard's ``matchers`` (``{"model": "=~$model"}``) on the
+    labels its level keeps, so recorded panels follow the dashboard's selection like the raw series do."""
+    kept = set(level_labels(record))
+    parts = []
+    for label, value in matchers.items():
+        if label in kept:
+            op = next((o for o in ("=~", "!=", "!~") if value.startswith(o)), "=")
+            parts.append(f'{label}{op}"{value.removeprefix(op) if op != "=" else value}"')
+    return f"{record}{{{','.join(parts)}}}" if parts else record
 
 
 def describe(what: str, good: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from infersight.alerts.limits import limits_from_config
-from infersight.alerts.recording import recording_rules
+from infersight.alerts.recording import level_labels, recording_rules
 from infersight.alerts.rules.pipeline import SCRAPE_UP
 from infersight.config import parse_config
 from infersight.dashboards import build as dashboards_build
@@ -245,6 +245,35 @@ def _line(board: dict, title: str) -> float:
 def test_queries_filter_on_the_dashboard_variables(boards):
     fleet = [q for q in queries(boards) if q.dashboard == "infersight-fleet" and "llm_time_to_first" in q.text]
     assert fleet and all('model=~"$model"' in q.text for q in fleet)
+
+
+# Panels that read past the dashboard's selection on purpose, and why.
+FLEET_WIDE = {
+    ("infersight-engines", "Instances up"): "every scraped instance of the fleet, beside Targets up",
+    ("infersight-gpus", "Energy per generated token"): "per node and the fleet's figure, not per device",
+}
+SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?")
+GROUPING = re.compile(r"\b(by|on|without|ignoring|group_left|group_right)\s*\([^)]*\)")
+
+
+def test_every_series_follows_the_dashboard_selection(boards):
+    """A series that carries a dashboard variable's label is narrowed by it, recording rules included
+    (their level names the labels they keep): a panel that ignores $model shows every model's figure."""
+    labels = {series: set(signal.labels) for signal in CATALOG.values() for series in signal.series_names()}
+    labels |= {r.record: set(level_labels(r.record)) for r in recording_rules(limits_from_config(parse_config({})))}
+    checked, ignoring = 0, []
+    for board in boards:
+        chosen = {v["name"] for v in prometheus_variables(board)}
+        for query in promql([board]):
+            if (board["uid"], query.panel) in FLEET_WIDE:
+                continue
+            for name, matchers in SELECTOR.findall(GROUPING.sub("", query.text)):
+                for label in chosen & labels.get(name, set()):
+                    checked += 1
+                    if f'{label}=~"${label}"' not in matchers:
+                        ignoring.append((board["uid"], query.panel, name, label))
+    assert checked > 200, "the selector scan found too little; it is broken"
+    assert ignoring == []
 
 
 def test_datasources_come_from_the_config():
