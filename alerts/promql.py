@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+
+def ratio(numerator: str, denominator: str, by: Sequence[str] = ()) -> str:
+    """``sum by (<by>) (numerator) / sum by (<by>) (denominator)``, ``sum(...)`` without ``by``.
+
+    Both sides are grouped alike, so the division matches series one to one; a grouping typed
+    twice by hand can differ between the two and silently drop or mismatch series.
+    """
+    total = f"sum by ({', '.join(by)}) " if by else "sum"
+    return f"{total}({numerator}) / {total}({denominator})"
+
 
 def events(selector: str, window: str) -> str:
     """How many events a counter saw in ``window``, a first appearance included (DESIGN 8).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from infersight.alerts.limits import Limits
 from infersight.alerts.model import Recording
-from infersight.alerts.promql import events, younger_than
+from infersight.alerts.promql import events, ratio, younger_than
 from infersight.alerts.series import le
 from infersight.signals import Signal, engine, gateway, gpu, request
 
@@ -72,7 +72,7 @@ def _slo_errors(limits: Limits) -> list[Recording]:
     good = request.TTFT.bucket(le=le(limits.ttft_slo_seconds))
     return [
         Recording(slo_errors_name(w),
-                  f"1 - (sum by (model) (rate({good}[{w}])) / sum by (model) (rate({request.TTFT.count()}[{w}])))")
+                  f"1 - ({ratio(f'rate({good}[{w}])', f'rate({request.TTFT.count()}[{w}])', ('model',))})")
         for w in SLO_WINDOWS
     ]
 
@@ -107,8 +107,6 @@ def ejected_5m(limits: Limits) -> str:
 
 
 def recording_rules(limits: Limits) -> list[Recording]:
-    ratio = lambda num_signal, den_signal, by: (  # noqa: E731 - a ratio of two summed rates
-        f"sum by ({by}) ({num_signal.rate()}) / sum by ({by}) ({den_signal.rate()})")
     state = gateway.INSTANCE_STATE
     return [
         *_quantiles(),
@@ -132,10 +130,11 @@ def recording_rules(limits: Limits) -> list[Recording]:
                                  # a pool whose instances are all in their cold start reads 0 too
                                  f"or 0 * count by (model, pool) (group by (model, instance, pool) "
                                  f"({gateway.INSTANCE_STATE.select()}))"),
-        Recording(REJECTION_RATIO, ratio(request.REJECTIONS, request.REQUESTS, "model")),
-        Recording(PREFIX_HIT_RATIO, ratio(engine.PREFIX_CACHE_HITS, engine.PREFIX_CACHE_QUERIES, "model")),
+        Recording(REJECTION_RATIO, ratio(request.REJECTIONS.rate(), request.REQUESTS.rate(), ("model",))),
+        Recording(PREFIX_HIT_RATIO,
+                  ratio(engine.PREFIX_CACHE_HITS.rate(), engine.PREFIX_CACHE_QUERIES.rate(), ("model",))),
         Recording(CACHED_INPUT_RATIO,
-                  ratio(request.CACHED_INPUT_TOKENS, request.INPUT_TOKENS, ", ".join(INSTANCE_LEVEL))),
+                  ratio(request.CACHED_INPUT_TOKENS.rate(), request.INPUT_TOKENS.rate(), INSTANCE_LEVEL)),
         Recording(BANDWIDTH_AVG5M,
                   f"avg by (node, gpu) (avg_over_time({gpu.MEMORY_BANDWIDTH_UTILIZATION.select()}[5m]))"),
         Recording(SM_ACTIVITY_AVG5M, f"avg by (node, gpu) (avg_over_time({gpu.SM_ACTIVITY.select()}[5m]))"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
+from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards import instance
 from infersight.dashboards.panels import (
@@ -72,8 +73,7 @@ def _latency(limits: Limits) -> list[dict]:
 
 
 def _retries(limits: Limits) -> list[dict]:
-    per_request = (f"sum by (model, pool) ({request.RETRIES.rate(RATE, **F)}) "
-                   f"/ sum by (model, pool) ({request.REQUESTS.rate(RATE, **F)})")
+    per_request = ratio(request.RETRIES.rate(RATE, **F), request.REQUESTS.rate(RATE, **F), ("model", "pool"))
     by_instance = f"sum by (instance, pool) ({request.RETRIES.rate(RATE, **F)})"
     timeouts = f"sum by (model, pool, kind) ({request.TIMEOUTS.rate(RATE, **F)})"
     return [
@@ -96,8 +96,8 @@ def _retries(limits: Limits) -> list[dict]:
 
 def _ejections(limits: Limits) -> list[dict]:
     ejections = f"sum by (instance, pool) (increase({gateway.EJECTIONS.select(**F)}[5m]))"
-    failures = (f"sum by (instance, pool) ({gateway.HEALTH_CHECK_FAILURES.rate(RATE, **F)}) "
-                f"/ sum by (instance, pool) ({gateway.HEALTH_CHECKS.rate(RATE, **F)})")
+    failures = ratio(gateway.HEALTH_CHECK_FAILURES.rate(RATE, **F), gateway.HEALTH_CHECKS.rate(RATE, **F),
+                     ("instance", "pool"))
     flaps = f"sum by (instance, pool) (increase({gateway.STATE_TRANSITIONS.select(**F)}[15m]))"
     age = f"time() - max by (instance, pool) ({gateway.INSTANCE_START_TIME.select(**F)})"
     return [

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from infersight.alerts.limits import Limits
+from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards.fleet import failed_share
 from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, timeseries, variable
@@ -42,8 +43,7 @@ def _pools(config: Config, limits: Limits) -> list[dict]:
 def _strategies(config: Config, limits: Limits) -> list[dict]:
     share = (f"sum by (strategy) ({request.REQUESTS.rate(RATE, **F)}) "
              f"/ scalar(sum({request.REQUESTS.rate(RATE, **F)}))")
-    cached = (f"sum by (strategy) ({request.CACHED_INPUT_TOKENS.rate(RATE, **F)}) "
-              f"/ sum by (strategy) ({request.INPUT_TOKENS.rate(RATE, **F)})")
+    cached = ratio(request.CACHED_INPUT_TOKENS.rate(RATE, **F), request.INPUT_TOKENS.rate(RATE, **F), ("strategy",))
     return [
         timeseries("TTFT p95 by strategy", "s", [Q(p95(request.TTFT, "strategy"), "{{strategy}}")],
                    line=Line(limits.ttft_slo_seconds), width=8,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
+from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards.panels import (
     RATE,
@@ -30,9 +31,7 @@ TOKENS_PER_S = "suffix: tok/s"
 
 def percentiles(signal, by: tuple[str, ...], legend: str) -> list[Q]:
     """p50/p95/p99 of a histogram and its mean (rate of the sum over rate of the count), as vLLM's dashboard."""
-    group = ", ".join(by)
-    mean = (f"sum by ({group}) (rate({signal.sum(**F)}[{RATE}])) "
-            f"/ sum by ({group}) (rate({signal.count(**F)}[{RATE}]))")
+    mean = ratio(f"rate({signal.sum(**F)}[{RATE}])", f"rate({signal.count(**F)}[{RATE}])", by)
     return [*(Q(signal.quantile(q, by, RATE, **F), f"p{round(q * 100)} {legend}") for q in rec.QUANTILES),
             Q(mean, f"mean {legend}")]
 
@@ -84,8 +83,8 @@ def _load(limits: Limits) -> list[dict]:
 
 def _cache(limits: Limits) -> list[dict]:
     usage = f"max by (instance) ({engine.KV_CACHE_USAGE.select(**F)})"
-    hit_ratio = (f"sum by (instance) ({engine.PREFIX_CACHE_HITS.rate(RATE, **F)}) "
-                 f"/ sum by (instance) ({engine.PREFIX_CACHE_QUERIES.rate(RATE, **F)})")
+    hit_ratio = ratio(engine.PREFIX_CACHE_HITS.rate(RATE, **F), engine.PREFIX_CACHE_QUERIES.rate(RATE, **F),
+                      ("instance",))
     preemptions = f"sum by (instance) ({engine.PREEMPTIONS.rate(RATE, **F)})"
     return [
         timeseries("KV cache usage", "percentunit", [Q(usage, "{{instance}}")], line=Line(limits.kv_usage_near_full),

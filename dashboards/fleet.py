@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
+from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, recorded, stat, timeseries, variable
 from infersight.signals import gateway, request
@@ -22,14 +23,13 @@ LEGEND = "{{model}} {{pool}}"
 
 def failed_share(by: str, **matchers: str) -> str:
     """Share of finished requests that did not succeed."""
-    return (f"sum by ({by}) ({request.REQUESTS.rate(RATE, outcome='!=success', **matchers)}) "
-            f"/ sum by ({by}) ({request.REQUESTS.rate(RATE, **matchers)})")
+    return ratio(request.REQUESTS.rate(RATE, outcome="!=success", **matchers), request.REQUESTS.rate(RATE, **matchers),
+                 (by,))
 
 
 def _now(limits: Limits) -> list[dict]:
     ttft_p95 = f"histogram_quantile(0.95, sum by (le) (rate({request.TTFT.bucket(**F)}[{RATE}])))"
-    failed = (f"sum({request.REQUESTS.rate(RATE, outcome='!=success', **F)}) "
-              f"/ sum({request.REQUESTS.rate(RATE, **F)})")
+    failed = ratio(request.REQUESTS.rate(RATE, outcome="!=success", **F), request.REQUESTS.rate(RATE, **F))
     serving = f"sum({gateway.INSTANCE_STATE.select(state='healthy', **F)})"
     return [
         stat("TTFT p95", "s", [Q(ttft_p95, "p95")], line=Line(limits.ttft_p95_target_seconds,
@@ -75,8 +75,7 @@ def _latency(config: Config, limits: Limits) -> list[dict]:
 def _traffic(limits: Limits) -> list[dict]:
     requests = f"sum by (model, pool, outcome) ({request.REQUESTS.rate(RATE, **F)})"
     rejections = f"sum by (model, pool, reason) ({request.REJECTIONS.rate(RATE, **F)})"
-    retries = (f"sum by (model, pool) ({request.RETRIES.rate(RATE, **F)}) "
-               f"/ sum by (model, pool) ({request.REQUESTS.rate(RATE, **F)})")
+    retries = ratio(request.RETRIES.rate(RATE, **F), request.REQUESTS.rate(RATE, **F), BY)
     rejected_share = recorded(rec.REJECTION_RATIO, F)
     return [
         timeseries("Request rate by outcome", "reqps", [Q(requests, LEGEND + " {{outcome}}")], stack=True,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
+from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards import traces
 from infersight.dashboards.panels import (
@@ -35,6 +36,8 @@ TOKENS_PER_S = "suffix: tok/s"
 DEVICE = "{{node}}/{{gpu}}"
 # The instance's GPUs: one series per (node, gpu) while the engine is up.
 GPUS = f"max by (node, gpu) ({engine.GPU_INFO.select(**I)})"
+# The engine's token-weighted prefix-cache hit ratio.
+HIT_RATIO = ratio(engine.PREFIX_CACHE_HITS.rate(RATE, **I), engine.PREFIX_CACHE_QUERIES.rate(RATE, **I))
 
 
 def on_its_gpus(signal, how: str = "max") -> str:
@@ -49,8 +52,6 @@ def slowest_traces() -> dict:
 
 def _now(limits: Limits) -> list[dict]:
     p99 = recorded(rec.TTFT_P99_BY_INSTANCE, I)
-    hit_ratio = (f"sum({engine.PREFIX_CACHE_HITS.rate(RATE, **I)}) "
-                 f"/ sum({engine.PREFIX_CACHE_QUERIES.rate(RATE, **I)})")
     return [
         stat("Gateway state", "none", [Q(f"{gateway.INSTANCE_STATE.select(**I)} == 1", "{{state}}")],
              text_mode="name", graph=False,
@@ -66,7 +67,7 @@ def _now(limits: Limits) -> list[dict]:
              links=[slowest_traces()],
              description="Request-side p99 TTFT; red at the breaker's threshold (thresholds."
                          "instance_p99_ttft_seconds).", good="well under the breaker's threshold."),
-        gauge("Prefix-cache hit ratio", "percentunit", [Q(hit_ratio, "hits")],
+        gauge("Prefix-cache hit ratio", "percentunit", [Q(HIT_RATIO, "hits")],
               line=Line(limits.cold_cache_hit_ratio, below=True),
               description="Token-weighted prefix-cache hits; red under thresholds.cold_cache_hit_ratio.",
               good="like its peers' (Engines dashboard); red only in a cold start."),
@@ -96,14 +97,12 @@ def _load(limits: Limits) -> list[dict]:
 
 
 def _cache(limits: Limits) -> list[dict]:
-    engine_hits = (f"sum({engine.PREFIX_CACHE_HITS.rate(RATE, **I)}) "
-                   f"/ sum({engine.PREFIX_CACHE_QUERIES.rate(RATE, **I)})")
     return [
         timeseries("KV cache usage", "percentunit", [Q(f"max({engine.KV_CACHE_USAGE.select(**I)})", "kv")],
                    line=Line(limits.kv_usage_near_full), max_value=1, description="Share of KV blocks in use.",
                    good="under the line."),
         timeseries("Prefix-cache hits", "percentunit",
-                   [Q(engine_hits, "engine (token-weighted)"),
+                   [Q(HIT_RATIO, "engine (token-weighted)"),
                     Q(recorded(rec.CACHED_INPUT_RATIO, I), "cached prompt share (requests) {{pool}}")],
                    line=Line(limits.cold_cache_hit_ratio, below=True), max_value=1,
                    description="The engine's hit ratio and the share of prompt tokens the requests report cached.",

@@ -4,6 +4,7 @@ own health (scrape status, GPU and engine collectors, the tracing SDK's drops)."
 from __future__ import annotations
 
 from infersight.alerts.limits import Limits
+from infersight.alerts.promql import ratio
 from infersight.alerts.rules.pipeline import SCRAPE_UP
 from infersight.config import Config
 from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, timeseries
@@ -17,8 +18,7 @@ def _receiver(limits: Limits) -> list[dict]:
     received = f"sum by (protocol) ({pipeline.SPANS_RECEIVED.rate(RATE)})"
     accepted = f"sum by (protocol) ({pipeline.SPANS_ACCEPTED.rate(RATE)})"
     rejected = f"sum by (protocol, reason) ({pipeline.SPANS_REJECTED.rate(RATE)})"
-    rejected_share = (f"sum by (protocol) ({pipeline.SPANS_REJECTED.rate(RATE)}) "
-                      f"/ sum by (protocol) ({pipeline.SPANS_RECEIVED.rate(RATE)})")
+    rejected_share = ratio(pipeline.SPANS_REJECTED.rate(RATE), pipeline.SPANS_RECEIVED.rate(RATE), ("protocol",))
     requests = f"sum by (protocol, outcome) ({pipeline.REQUESTS.rate(RATE)})"
     truncated = f"sum({pipeline.ATTRIBUTES_TRUNCATED.rate(RATE)})"
     return [
