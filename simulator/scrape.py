@@ -32,22 +32,14 @@ GATEWAY_TARGET, COLLECTOR_TARGET = "sim-gateway:9100", "sim-collector:9836"
 GPU_EXPORTER_PORT = 9835
 
 
-class _Inline:
-    map = staticmethod(map)
-
-    def shutdown(self, **_kwargs) -> None:
-        pass
-
-
 class SimEngineCollector(EngineCollector):
     """The real engine collector, reading simulated engines from memory rather than over HTTP."""
 
     def __init__(self, engines: dict[str, SimEngine], keep: Callable[[str], bool] | None = None):
         self.sim_engines = engines
         self.wanted = _wanted_vllm_families(keep)
-        super().__init__(log_changes=False, max_workers=1)
-        self._pool.shutdown()
-        self._pool = _Inline()  # the cycle as the collector runs it, without threads: nothing here waits
+        # The cycle as the collector runs it, without threads (max_workers 0): nothing here waits.
+        super().__init__(log_changes=False, max_workers=0)
 
     def sync_targets(self) -> None:
         self.static_targets = [Target(url=f"http://{e.instance}/metrics", engine="vllm", pool=e.pool, node=e.node,

@@ -8,11 +8,9 @@ series at all, only ``llm_engine_up 0`` and a counted error: never stale data sh
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from prometheus_client.registry import Collector
@@ -20,6 +18,7 @@ from prometheus_client.registry import Collector
 from infersight.signals import engine as sig
 from infersight.signals.catalog import Signal
 
+from ..scrape_pool import ScrapePool
 from .normalize import Normalized, NormalizeError, normalize
 from .scrape import ScrapeError, fetch
 from .targets import FileSD, Target, check_unique
@@ -67,12 +66,10 @@ class EngineCollector(Collector):
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.log_changes = log_changes  # warn on stderr when a target fails or recovers, and on a bad file_sd
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="engine-scrape")
-        self._lock = threading.Lock()  # one cycle at a time, even when two scrapers ask at once
-        self._errors: Counter[tuple[str, str]] = Counter()
+        # max_workers 0: scrape in the calling thread.
+        self._scraping = ScrapePool("engine target", log, max_workers, "engine-scrape", log_changes)
         self._file_sd_reloads: Counter[str] = Counter()
         self._engines: dict[str, str] = {}  # instance -> last detected engine, for a stable `up` label
-        self._states: dict[str, str | None] = {}  # instance -> last failure reason (None: up)
 
     # -- targets ------------------------------------------------------------------------------
     def targets(self) -> list[Target]:
@@ -89,18 +86,14 @@ class EngineCollector(Collector):
 
     # -- one cycle ----------------------------------------------------------------------------
     def run_cycle(self) -> CycleResult:
-        with self._lock:
+        with self._scraping.lock:
             start = time.monotonic()
             targets = self.targets()
-            results = list(self._pool.map(self._scrape, targets))
-            live = {t.instance for t in targets}
-            for key in [k for k in self._errors if k[0] not in live]:
-                del self._errors[key]  # a target removed from file_sd takes its counters with it
+            results = self._scraping.map(self._scrape, targets)
+            # A target removed from file_sd takes its counters with it.
+            self._scraping.forget_all_but({t.instance for t in targets})
             for r in results:
-                if r.reason:
-                    self._errors[(r.target.instance, r.reason)] += 1
-                if self.log_changes:
-                    self._log_change(r)
+                self._scraping.record(r.target.instance, r.reason, r.detail, r.target.url)
             cycle = CycleResult(results, time.monotonic() - start,
                                 self.file_sd.last_error if self.file_sd else None)
             cycle.families = self._families(cycle)
@@ -116,16 +109,6 @@ class EngineCollector(Collector):
             return TargetResult(target, engine, time.monotonic() - start, reason=exc.reason, detail=str(exc))
         self._engines[target.instance] = normalized.engine
         return TargetResult(target, normalized.engine, time.monotonic() - start, normalized)
-
-    def _log_change(self, r: TargetResult) -> None:
-        """Log a target's state changes once, not every cycle."""
-        previous = self._states.get(r.target.instance, None)
-        self._states[r.target.instance] = r.reason
-        if r.reason and r.reason != previous:
-            log.warning("infersight: engine target %s (%s) failed: %s: %s", r.target.instance, r.target.url, r.reason,
-                        r.detail)
-        elif previous and not r.reason:
-            log.warning("infersight: engine target %s recovered", r.target.instance)
 
     # -- exposition ---------------------------------------------------------------------------
     def describe(self) -> list:
@@ -160,7 +143,7 @@ class EngineCollector(Collector):
         # Every known reason at 0 for every target, so a first failure is an increase.
         counts = Counter({(r.target.instance, reason): 0 for r in cycle.results
                           for reason in sig.SCRAPE_ERROR_REASONS})
-        counts.update(self._errors)
+        counts.update(self._scraping.errors)
         for (instance, reason), count in sorted(counts.items()):
             errors.add_metric([instance, reason], count)
         targets = sig.TARGETS.family()
@@ -176,4 +159,4 @@ class EngineCollector(Collector):
         return families
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._scraping.close()

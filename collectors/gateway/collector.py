@@ -8,17 +8,16 @@ old numbers.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
 from infersight.collectors.engine.scrape import ScrapeError, TargetError, check_url, fetch
+from infersight.collectors.scrape_pool import ScrapePool
 from infersight.signals import gateway as gw
 from infersight.signals.catalog import Signal
 
@@ -103,23 +102,16 @@ class GatewayCollector(Collector):
                 raise TargetError(f"two gateway targets named {t.name!r} ({names[t.name]} and {t.url}); give one "
                                   "a distinct `name`")
             names[t.name] = t.url
-        self.timeout, self.max_bytes, self.log_changes = timeout, max_bytes, log_changes
-        self._pool = ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(self.targets)),
-                                        thread_name_prefix="gateway-scrape")
-        self._lock = threading.Lock()
-        self._errors: dict[tuple[str, str], int] = {}
+        self.timeout, self.max_bytes = timeout, max_bytes
+        self._scraping = ScrapePool("gateway source", log, min(MAX_WORKERS, len(self.targets)), "gateway-scrape",
+                                    log_changes)
         self._kinds: dict[str, str] = {}
-        self._states: dict[str, str | None] = {}
 
     def scrape(self) -> list[TargetResult]:
-        with self._lock:
-            results = list(self._pool.map(self._scrape_one, self.targets))
+        with self._scraping.lock:
+            results = self._scraping.map(self._scrape_one, self.targets)
             for r in results:
-                if r.reason:
-                    key = (r.target.name, r.reason)
-                    self._errors[key] = self._errors.get(key, 0) + 1
-                if self.log_changes:
-                    self._log_change(r)
+                self._scraping.record(r.target.name, r.reason, r.detail, r.target.url)
             return results
 
     def _scrape_one(self, target: GatewayTarget) -> TargetResult:
@@ -133,15 +125,6 @@ class GatewayCollector(Collector):
             return TargetResult(target, kind, time.monotonic() - start, reason=exc.reason, detail=str(exc))
         self._kinds[target.name] = normalized.kind
         return TargetResult(target, normalized.kind, time.monotonic() - start, normalized)
-
-    def _log_change(self, r: TargetResult) -> None:
-        previous = self._states.get(r.target.name)
-        self._states[r.target.name] = r.reason
-        if r.reason and r.reason != previous:
-            log.warning("infersight: gateway source %s (%s) failed: %s: %s", r.target.name, r.target.url, r.reason,
-                        r.detail)
-        elif previous and not r.reason:
-            log.warning("infersight: gateway source %s recovered", r.target.name)
 
     def families(self, results: list[TargetResult]) -> list:
         # Two gateways (EPP replicas, LiteLLM pods) can write the same series: each counted its own
@@ -170,7 +153,7 @@ class GatewayCollector(Collector):
         for r in results:
             up.add_metric([r.target.name, r.kind], 1.0 if r.up else 0.0)
             duration.add_metric([r.target.name, r.kind], r.seconds)
-        for (source, reason), count in sorted(self._errors.items()):
+        for (source, reason), count in sorted(self._scraping.errors.items()):
             errors.add_metric([source, reason], count)
         return [*families, up, duration, errors]
 
@@ -181,7 +164,7 @@ class GatewayCollector(Collector):
         return []
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._scraping.close()
 
 
 def build_registry(collector: GatewayCollector) -> CollectorRegistry:

@@ -10,11 +10,9 @@ numbers; a GPU that vanishes from a scrape reads ``gpu_up 0`` the same way.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +24,7 @@ from infersight.collectors.exporter import exposition_of
 from infersight.collectors.gpu.dcgm import DcgmFormatError, DcgmGPU, parse
 from infersight.collectors.gpu.readings import DeviceIdentity
 from infersight.collectors.gpu.series import Series, device_labels, reading_series
+from infersight.collectors.scrape_pool import ScrapePool
 from infersight.signals import gpu
 from infersight.signals.catalog import Signal
 
@@ -74,21 +73,17 @@ class DcgmCollector(Collector):
         self.sources = sources
         self.timeout = timeout
         self.max_bytes = max_bytes
-        self.log_changes = log_changes
-        self._pool = ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(sources)), thread_name_prefix="dcgm-scrape")
-        self._lock = threading.Lock()
+        self._scraping = ScrapePool("dcgm-exporter", log, min(MAX_WORKERS, len(sources)), "dcgm-scrape", log_changes)
         # Per source: every GPU it ever showed, so a GPU (or source) that goes away reads gpu_up 0.
         self._known: dict[str, dict[tuple[str, int], tuple[DeviceIdentity, str]]] = {s.url: {} for s in sources}
         self._nodes: dict[str, str] = {s.url: s.fallback_node for s in sources}
         self._scrapes: dict[str, int] = {}
-        self._errors: dict[tuple[str, str], int] = {}
-        self._states: dict[str, str | None] = {}
         self.last: list[SourceResult] = []
 
     # -- one scrape of every source -----------------------------------------------------------
     def scrape(self) -> list[SourceResult]:
-        with self._lock:
-            results = list(self._pool.map(self._scrape_one, self.sources))
+        with self._scraping.lock:
+            results = self._scraping.map(self._scrape_one, self.sources)
             for r in results:
                 url = r.source.url
                 if r.up:
@@ -97,11 +92,7 @@ class DcgmCollector(Collector):
                         self._nodes[url] = r.gpus[0].node
                     for g in r.gpus:
                         self._known[url][(g.node, g.identity.index)] = (g.identity, g.driver_version)
-                else:
-                    key = (url, r.reason or "")
-                    self._errors[key] = self._errors.get(key, 0) + 1
-                if self.log_changes:
-                    self._log_change(r)
+                self._scraping.record(url, r.reason, r.detail)
             self.last = results
             return results
 
@@ -120,14 +111,6 @@ class DcgmCollector(Collector):
                                        "(is this dcgm-exporter's /metrics?)")
         return SourceResult(source, time.monotonic() - start, gpus)
 
-    def _log_change(self, r: SourceResult) -> None:
-        previous = self._states.get(r.source.url)
-        self._states[r.source.url] = r.reason
-        if r.reason and r.reason != previous:
-            log.warning("infersight: dcgm-exporter %s failed: %s: %s", r.source.url, r.reason, r.detail)
-        elif previous and not r.reason:
-            log.warning("infersight: dcgm-exporter %s recovered", r.source.url)
-
     # -- series -------------------------------------------------------------------------------
     def series(self, results: list[SourceResult]) -> Iterator[Series]:
         for r in results:
@@ -144,7 +127,7 @@ class DcgmCollector(Collector):
             yield gpu.COLLECTOR_DEVICES, (node, BACKEND), float(len(r.gpus))
             yield gpu.COLLECTOR_SAMPLES, (node,), float(self._scrapes.get(url, 0))
             yield gpu.COLLECTOR_SAMPLE_DURATION, (node,), r.seconds
-            for (error_url, reason), count in sorted(self._errors.items()):
+            for (error_url, reason), count in sorted(self._scraping.errors.items()):
                 if error_url == url:
                     yield gpu.COLLECTOR_ERRORS, (node, "", f"dcgm_scrape_{reason}"), float(count)
 
@@ -183,7 +166,7 @@ class DcgmCollector(Collector):
         return rows
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._scraping.close()
 
 
 def gpu_series(g: DcgmGPU) -> Iterator[Series]:
