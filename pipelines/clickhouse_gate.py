@@ -13,7 +13,10 @@ and port. For each request it:
 - accepts Basic auth or ``X-ClickHouse-User``/``X-ClickHouse-Key`` (turned into Basic), for the writer
   or the reader only, checked in constant time against the credentials file;
 - refuses SQL calling ``file(...)``: in clickhouse-local that *function* (unlike the ``file`` table
-  function, which needs the FILE grant neither role has) reads any path the process can;
+  function, which needs the FILE grant neither role has) reads any path the process can. Only the
+  body of an ``INSERT ... FORMAT X`` whose query parameter is one complete statement (X not Values)
+  is data and streams unread; any other body is SQL: read whole (16 MiB at most) and checked with
+  the query parameter, joined by the newline ClickHouse puts between them;
 - forwards the rest, streaming both ways, with the secret added.
 
 ClickHouse then applies the role's grants and profile (readonly for the reader, no SOURCES for either).
@@ -36,13 +39,17 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
                         "transfer-encoding", "upgrade", "host", "content-length", "authorization",
                         "x-clickhouse-user", "x-clickhouse-key", "x-clickhouse-quota", SECRET_HEADER.lower()})
 # SQL the gate refuses: functions of clickhouse-local that read the host without any privilege check.
-_COMMENTS = re.compile(r"/\*.*?\*/|--[^\n]*|#[^\n]*", re.S)
-_HOST_FUNCTIONS = re.compile(r"\b(file|catboostEvaluate)\s*\(", re.I)
+# Nothing is stripped before matching (a comment marker inside a string literal would hide the call):
+# comments may only sit between the name and its parenthesis, where ClickHouse allows them too.
+_BETWEEN = r"(?:\s|/\*.*?\*/|--[^\n]*\n|#[^\n]*\n)*"
+_HOST_FUNCTIONS = re.compile(rf"\b(file|catboostEvaluate)\b{_BETWEEN}\(", re.I | re.S)
+# A query parameter that is one complete statement: whole string literals and quoted names, no comment,
+# no heredoc ($$). Only then can its trailing FORMAT clause be trusted to end the SQL.
+_COMPLETE_SQL = re.compile(r"""(?:'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`"""
+                           r"""|[^'"`$#/\-]++|/(?!\*)|-(?!-))*+""", re.S)
+_QUOTED = re.compile(r"""'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`""", re.S)
 _INSERT_WITH_FORMAT = re.compile(r"^\s*INSERT\b.*\bFORMAT\s+(\w+)\s*;?\s*$", re.I | re.S)
 MAX_SQL_BODY = 16 * 1024 * 1024
-PEEK_BYTES = 64 * 1024
-_VALUES = re.compile(rb"\b(?:FORMAT\s+Values|VALUES)\b", re.I)
-_INSERT_START = re.compile(r"^\s*(?:(?:--[^\n]*|#[^\n]*)\n\s*|/\*.*?\*/\s*)*INSERT\b", re.I | re.S)
 
 
 def credential_params(query_string: str) -> set[str]:
@@ -56,10 +63,19 @@ def credential_params(query_string: str) -> set[str]:
 
 
 def host_access(sql: str) -> str | None:
-    """The host-touching function ``sql`` calls, if any (comments and identifier quotes ignored)."""
-    text = _COMMENTS.sub(" ", sql).replace("`", "").replace('"', "")
-    match = _HOST_FUNCTIONS.search(text)
+    """The host-touching function ``sql`` may call, if any (identifier quotes ignored; conservative:
+    the name followed by a parenthesis anywhere, string literals included, counts)."""
+    match = _HOST_FUNCTIONS.search(sql.replace("`", "").replace('"', ""))
     return match.group(1) if match else None
+
+
+def data_format(query: str) -> str | None:
+    """The format of an ``INSERT ... FORMAT X`` query parameter whose body is then data only, or None
+    when the body may continue the SQL (an open comment, string or heredoc, or no FORMAT clause)."""
+    if not _COMPLETE_SQL.fullmatch(query):
+        return None
+    insert = _INSERT_WITH_FORMAT.match(_QUOTED.sub("''", query))
+    return insert.group(1) if insert else None
 
 
 class Gate:
@@ -95,30 +111,20 @@ class Gate:
         if problem:
             return _refuse(401, problem)
         query = request.rel_url.query.get("query", "")
-        body: bytes = b""
-        rest = False  # more body to stream after ``body``
         has_body = request.can_read_body  # false once the body is read
-        insert = _INSERT_WITH_FORMAT.match(query)
-        if has_body and insert and insert.group(1).lower() != "values" and not host_access(query):
-            # The body is data. Values is the one format that evaluates expressions (file(...) too): checked below.
-            return await self._forward(request, authorization, _chain(b"", request))
-        if has_body:
-            # The body holds (the rest of) the SQL, maybe followed by insert data: check the SQL; for an
-            # INSERT check its first 64 KiB (statement and the start of the data: conservative) and stream on.
-            body = await _read_up_to(request, PEEK_BYTES)
-            if (_starts_insert(query + body[:1024].decode("latin-1")) and not insert and not _VALUES.search(body[:4096])
-                    and len(body) == PEEK_BYTES):
-                rest = True
-            elif len(body) == PEEK_BYTES:
-                body += await _read_up_to(request, MAX_SQL_BODY + 1 - PEEK_BYTES)
-                if len(body) > MAX_SQL_BODY:
-                    return _refuse(413, "query text over 16 MiB")
-        function = host_access(query) or host_access(query + body.decode("utf-8", "replace"))
+        data = data_format(query) if has_body else None
+        if data is not None and data.lower() != "values" and not host_access(query):
+            # The body is data. Values is the one format that evaluates expressions (file(...) too).
+            return await self._forward(request, authorization, _chain(request))
+        # Otherwise the body holds (the rest of) the SQL, maybe followed by insert data: check it whole,
+        # joined to the query parameter as ClickHouse joins them (a newline: it ends a -- comment).
+        body = await _read_up_to(request, MAX_SQL_BODY + 1) if has_body else b""
+        if len(body) > MAX_SQL_BODY:
+            return _refuse(413, "query text over 16 MiB")
+        function = host_access(query + "\n" + body.decode("utf-8", "replace"))
         if function:
             return _refuse(403, f"function {function}() reads the server's files and is refused by infersight "
                                 "(ACCESS_DENIED)")
-        if rest:
-            return await self._forward(request, authorization, _chain(body, request))
         return await self._forward(request, authorization, body if has_body else None)
 
     def _authorize(self, request: web.Request) -> tuple[str, str | None]:
@@ -163,10 +169,6 @@ class Gate:
             return _refuse(502, f"the embedded ClickHouse did not answer: {exc}")
 
 
-def _starts_insert(sql: str) -> bool:
-    return bool(_INSERT_START.match(sql))
-
-
 async def _read_up_to(request: web.Request, limit: int) -> bytes:
     parts, size = [], 0
     while size < limit:
@@ -178,8 +180,7 @@ async def _read_up_to(request: web.Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-async def _chain(head: bytes, request: web.Request):
-    yield head
+async def _chain(request: web.Request):
     async for chunk in request.content.iter_chunked(1 << 20):
         yield chunk
 

@@ -132,6 +132,31 @@ def test_writer_writes_but_cannot_touch_the_host(stack):
     assert not (stack["tmp"] / "pwned.txt").exists()
 
 
+
+PAD = " " * 70_000  # past any peek of the body's first bytes, well within ClickHouse's max_query_size
+READ_HOST = f"length(file('{SECRET_FILE}'))"
+# SQL that hides a file() call from a text check that reads it otherwise than ClickHouse: (role, query, body)
+HIDDEN = [
+    ("writer", "", f"INSERT INTO default.scratch SELECT {PAD}{READ_HOST}"),  # far into the body
+    ("writer", "", f"INSERT INTO default.scratch {' ' * 5000}VALUES (1),{PAD}({READ_HOST})"),  # Values, far in
+    ("reader", "SELECT 1, --", f" {READ_HOST}"),  # ClickHouse ends the comment with the newline it adds
+    ("reader", f"SELECT '--', {READ_HOST}", None),  # a comment marker inside a string literal
+    ("reader", f"SELECT $$#$$, {READ_HOST}", None),  # ... inside a heredoc
+    ("writer", "INSERT INTO default.scratch SELECT 1 -- FORMAT CSV", f"UNION ALL SELECT {READ_HOST}"),
+    ("writer", "INSERT INTO default.scratch SELECT length(concat(' FORMAT CSV", f"', file('{SECRET_FILE}')))"),
+]
+
+
+@pytest.mark.parametrize(("role", "query", "body"), HIDDEN)
+def test_host_access_hidden_from_a_text_check_is_still_refused(stack, role, query, body):
+    who, w = stack["credentials"].role(role), stack["credentials"].writer
+    assert http(stack["url"], "CREATE TABLE IF NOT EXISTS default.scratch (x UInt8) ENGINE = MergeTree ORDER BY x",
+                w.user, w.password)[0] == 200
+    before = http(stack["url"], "SELECT count() FROM default.scratch", w.user, w.password)
+    status, text = http(stack["url"], query, who.user, who.password, body=None if body is None else body.encode())
+    assert status == 403 and "ACCESS_DENIED" in text, f"{role} ran {query!r} + {body!r:.80}: {text}"
+    assert http(stack["url"], "SELECT count() FROM default.scratch", w.user, w.password) == before
+
 def test_forged_row_is_refused_and_the_receiver_still_stores(stack):
     r = stack["credentials"].reader
     forged = "INSERT INTO default.otel_traces (TraceId, SpanId, SpanName) VALUES ('f0', 'f1', 'forged')"
@@ -161,3 +186,16 @@ def test_cli_answers_as_the_reader_on_the_dsn_port(stack, capsys):
     assert main(["db", "status", "--dsn", f"http://infersight_reader:wrong@{stack['url'][7:]}/default"]) == 1
     err = capsys.readouterr().err
     assert "refused the credentials of 'infersight_reader'" in err and "Traceback" not in err
+
+
+def test_span_text_that_looks_like_sql_is_stored(stack):
+    """The receiver's insert carries its data apart from its SQL: a span saying file(...) is data, not
+    refused. (Runs after the forged-row test, which counts every stored span.)"""
+    r = stack["credentials"].reader
+    req = request(spans=1, attributes={"llm.note": f"SELECT file('{SECRET_FILE}') -- not SQL here"})
+    status, _, _ = post(f"http://127.0.0.1:{stack['receiver']['http']}/v1/traces", req.SerializeToString())
+    assert status == 200
+    [span_id] = span_ids(req)
+    status, text = http(stack["url"], "SELECT SpanAttributes['llm.note'] FROM default.otel_traces WHERE SpanId = "
+                        f"'{span_id}' FORMAT TSV", r.user, r.password)
+    assert status == 200 and text.strip() == f"SELECT file(\\'{SECRET_FILE}\\') -- not SQL here"
