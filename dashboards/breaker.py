@@ -10,7 +10,7 @@ from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.config import Config
-from infersight.dashboards import instance
+from infersight.dashboards import instance, shared
 from infersight.dashboards.panels import (
     RATE,
     Line,
@@ -73,14 +73,11 @@ def _latency(limits: Limits) -> list[dict]:
 
 
 def _retries(limits: Limits) -> list[dict]:
-    per_request = ratio(request.RETRIES.rate(RATE, **F), request.REQUESTS.rate(RATE, **F), ("model", "pool"))
     by_instance = f"sum by (instance, pool) ({request.RETRIES.rate(RATE, **F)})"
     timeouts = f"sum by (model, pool, kind) ({request.TIMEOUTS.rate(RATE, **F)})"
     return [
-        timeseries("Gateway retries per request", "percentunit",
-                   [Q(per_request, "{{model}} {{pool}}"),
-                    Q(recorded(rec.RETRIES_PER_REQUEST, F), "{{model}} with client retries")],
-                   line=Line(limits.retry_ratio), width=8,
+        shared.retries_per_request(
+                   limits, F,
                    description="Retry attempts over finished requests; the line is the retry-storm threshold "
                                "(thresholds.retry_ratio).",
                    good="a few percent; a storm multiplies load on the instances that are still up."),
@@ -104,9 +101,8 @@ def _ejections(limits: Limits) -> list[dict]:
         timeseries("Ejections in 5 minutes", "short", [Q(ejections, WHO)], width=6,
                    description="Times the gateway ejected each instance in the last 5 minutes.",
                    good="0; the same instance again and again is flapping."),
-        timeseries("Share of instances ejected in 5 minutes", "percentunit",
-                   [Q(recorded(rec.EJECTED_SHARE, F), "{{model}} {{pool}}")],
-                   line=Line(limits.ejection_share), max_value=1, width=6,
+        shared.ejected_share(
+                   limits, F, width=6,
                    description="An ejection cascade trips the line (thresholds.ejection_share).",
                    good="0; many at once means the survivors get overloaded and fail next."),
         timeseries("Health-check failure ratio", "percentunit", [Q(failures, WHO)], max_value=1, width=6,

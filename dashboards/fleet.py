@@ -12,6 +12,7 @@ from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.config import Config
+from infersight.dashboards import shared
 from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, recorded, stat, timeseries, variable
 from infersight.signals import gateway, request
 
@@ -75,7 +76,6 @@ def _latency(config: Config, limits: Limits) -> list[dict]:
 def _traffic(limits: Limits) -> list[dict]:
     requests = f"sum by (model, pool, outcome) ({request.REQUESTS.rate(RATE, **F)})"
     rejections = f"sum by (model, pool, reason) ({request.REJECTIONS.rate(RATE, **F)})"
-    retries = ratio(request.RETRIES.rate(RATE, **F), request.REQUESTS.rate(RATE, **F), BY)
     rejected_share = recorded(rec.REJECTION_RATIO, F)
     return [
         timeseries("Request rate by outcome", "reqps", [Q(requests, LEGEND + " {{outcome}}")], stack=True,
@@ -88,10 +88,8 @@ def _traffic(limits: Limits) -> list[dict]:
                    line=Line(limits.rejection_ratio), width=4,
                    description="Rejected over finished requests; the line is thresholds.rejection_ratio.",
                    good="0, under the line."),
-        timeseries("Retries per request", "percentunit",
-                   [Q(retries, LEGEND),
-                    Q(recorded(rec.RETRIES_PER_REQUEST, F), "with client retries {{model}}")],
-                   line=Line(limits.retry_ratio),
+        shared.retries_per_request(
+                   limits, F,
                    description="Gateway re-attempts over finished requests, per pool; and per model with the "
                                "clients' own retries (SDK retry headers, repeated request ids), which the "
                                "retry-storm alert reads. The line is the retry-storm threshold.",
@@ -105,9 +103,8 @@ def _instances(limits: Limits) -> list[dict]:
         timeseries("Instances by state", "short", [Q(states, LEGEND + " {{state}}")], stack=True, width=12,
                    description="healthy, cold (starting), half_open (breaker: low-priority traffic only), ejected.",
                    good="all healthy; cold only right after a scale-out."),
-        timeseries("Share of instances ejected in 5 minutes", "percentunit",
-                   [Q(recorded(rec.EJECTED_SHARE, F), LEGEND)],
-                   line=Line(limits.ejection_share), max_value=1, width=12,
+        shared.ejected_share(
+                   limits, F, width=12,
                    description="Per model and pool, instances in their cold start apart: an ejection cascade "
                                "trips the line (thresholds.ejection_share).",
                    good="0; single ejections are the breaker working, many at once are a cascade."),
