@@ -176,6 +176,12 @@ class InProcessSink(ClickHouseSink):
 
 def make_sink(dsn: str, store_content: bool = False, data_dir: str | None = None) -> ClickHouseSink:
     """The sink for a DSN: HTTP to a server, or the in-process engine for ``chdb://``."""
-    if dsn.startswith("chdb:"):
+    from infersight.dsn import DsnError, parse
+
+    try:
+        scheme = parse(dsn, must_exist=False).scheme  # the folder is checked when it is opened
+    except DsnError as exc:
+        raise ValueError(f"clickhouse.dsn: {exc}") from None
+    if scheme == "chdb":
         return InProcessSink(dsn, store_content)
     return ClickHouseSink(dsn, store_content, data_dir=data_dir)

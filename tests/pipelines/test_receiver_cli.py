@@ -112,3 +112,13 @@ def test_receive_into_the_in_process_engine(tmp_path):
         tokens = client.query("SELECT count() FROM default.llm_token_events").result_rows[0][0]
         client.close()
     assert stored == span_ids(req) and tokens == 12
+
+
+def test_the_sink_follows_the_parsed_dsn_scheme(tmp_path):
+    """The scheme is read by infersight.dsn (case-insensitively), not sniffed from the text."""
+    from infersight.pipelines.receiver.sink import ClickHouseSink, InProcessSink, make_sink
+
+    assert type(make_sink(f"CHDB://{tmp_path}")) is InProcessSink
+    assert type(make_sink("HTTP://127.0.0.1:8123/default")) is ClickHouseSink
+    with pytest.raises(ValueError, match="clickhouse.dsn: .*scheme 'foo'"):
+        make_sink("foo://bar")
