@@ -9,7 +9,6 @@ whole target (never half a target).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from infersight.collectors.exposition_lines import named_lines
 from infersight.collectors.gateway.normalize import is_vllm_router
 from infersight.signals.catalog import Kind, Signal
 from infersight.signals.engine import EngineRole
@@ -26,7 +26,6 @@ from .rules import EngineSpec, Rule
 from .scrape import ScrapeError
 
 _LINE_OWNER: dict[str, EngineSpec] = {name: spec for spec in ENGINES.values() for name in spec.line_names}
-_SAMPLE_NAME = re.compile(r"[^{\s]+")
 _HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
 
@@ -65,21 +64,7 @@ def select_lines(text: str, engine: str | None = None) -> tuple[EngineSpec | Non
     """
     spec = ENGINES[engine] if engine else None
     kept: list[str] = []
-    for line in text.splitlines():
-        if not line:
-            continue
-        if line[0] in " \t":
-            line = line.strip()
-            if not line:
-                continue
-        if line[0] == "#":
-            parts = line.split(None, 3)
-            if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
-                continue
-            name = parts[2]
-        else:
-            match = _SAMPLE_NAME.match(line)
-            name = match.group(0) if match else ""
+    for line, name in named_lines(text):
         owner = _LINE_OWNER.get(name)
         if owner is None:
             continue

@@ -7,13 +7,13 @@ the output carries exactly the catalog signal's labels.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from infersight.collectors.exposition_lines import named_lines
 from infersight.signals.catalog import Kind, Signal
 
 from .products import SOURCES
@@ -48,27 +48,14 @@ class Normalized:
         return sum(len(s) for s in self.samples.values())
 
 
-_SAMPLE_NAME = re.compile(r"[^{\s]+")
-
-
-def _line_name(line: str) -> str:
-    """The metric name a line is about (a sample's name, or the name in a HELP/TYPE line)."""
-    if line[0] == "#":
-        parts = line.split(None, 3)
-        return parts[2] if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") else ""
-    match = _SAMPLE_NAME.match(line)
-    return match.group(0) if match else ""
-
-
 def select_lines(text: str, kind: str | None) -> tuple[SourceSpec | None, str]:
     """The product (given, or detected from the names in the text) and only the lines of the families its
-    rules want: the text parser costs ~10 us a line, and gateways write many families we do not map."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    names = [_line_name(line) for line in lines]
-    spec = SOURCES[kind] if kind else detect(set(names))
+    rules want (see :mod:`infersight.collectors.exposition_lines`)."""
+    lines = list(named_lines(text))
+    spec = SOURCES[kind] if kind else detect({name for _line, name in lines})
     if spec is None:
         return None, ""
-    return spec, "\n".join(line for line, name in zip(lines, names, strict=True) if name in spec.line_names)
+    return spec, "\n".join(line for line, name in lines if name in spec.line_names)
 
 
 def parse_families(text: str) -> dict[str, list[Sample]]:

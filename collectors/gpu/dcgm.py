@@ -15,12 +15,12 @@ series (and the alerts on them) are then absent. ``collectors/gpu/README.md`` ha
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from infersight.collectors.exposition_lines import lines_named
 from infersight.collectors.gpu.readings import CLOCK_EVENT_REASONS, SOURCE_DCGM, DeviceIdentity, DeviceReading
 
 MIB = 1024 * 1024
@@ -127,28 +127,10 @@ def _is_blank(value: float) -> bool:
     return False
 
 
-_SAMPLE_NAME = re.compile(r"[^{\s]+")
-# Every name a line of a wanted field can start with (counters' samples may carry _total).
+# Every name a line of a wanted field can start with (counters' samples may carry _total). Only those
+# lines are parsed: the default counters hold a third of fields we do not map (encoder, decoder,
+# remapped rows, vGPU licence ...).
 _LINE_NAMES = frozenset(WANTED | {name + "_total" for name in WANTED})
-
-
-def _wanted_lines(text: str) -> str:
-    """Only the lines of fields we map: the text parser costs ~10-100 us a line, and the default
-    counters hold a third of fields we do not (encoder, decoder, remapped rows, vGPU licence ...)."""
-    kept = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        if line[0] == "#":
-            parts = line.split(None, 3)
-            name = parts[2] if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") else ""
-        else:
-            match = _SAMPLE_NAME.match(line)
-            name = match.group(0) if match else ""
-        if name in _LINE_NAMES:
-            kept.append(line)
-    return "\n".join(kept)
 
 
 def parse(text: str, node: str = "") -> list[DcgmGPU]:
@@ -158,7 +140,7 @@ def parse(text: str, node: str = "") -> list[DcgmGPU]:
     Samples of MIG instances (``GPU_I_ID`` set) are not mapped: the catalog's series are per GPU.
     """
     try:
-        families = list(text_string_to_metric_families(_wanted_lines(text)))
+        families = list(text_string_to_metric_families(lines_named(text, _LINE_NAMES)))
         if not families:
             list(text_string_to_metric_families(text))  # garbage says so, rather than "no GPUs"
     except (ValueError, IndexError, TypeError) as exc:
