@@ -168,7 +168,7 @@ class InProcessSink(ClickHouseSink):
             path.write_bytes(framed)
             source = f"file({ddl.literal(str(path))}, 'Protobuf', {ddl.literal(ingest_sql.STRUCTURE)})"
             client.command(ingest_sql.insert_query(self.database, self.store_content, source=source),
-                           settings=ingest_sql.settings(token))
+                           settings=ingest_sql.settings(token, self.insert_parallelism))
 
     def close(self) -> None:
         pass  # the in-process engine lives as long as the process
