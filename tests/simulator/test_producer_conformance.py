@@ -9,13 +9,16 @@ compare every exposed series and every count.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.capacity import GPU_PRESETS
 from infersight.collectors.engine.normalize import TargetLabels, normalize, normalize_families
 from infersight.config import Config
 from infersight.instrumentation import RequestTracer, TailSampler
+from infersight.signals import request
 from infersight.simulator import vllm_format
 from infersight.simulator.engine import SimEngine
 from infersight.simulator.gateway_metrics import GatewayMetrics
@@ -23,7 +26,8 @@ from infersight.simulator.physics import Physics
 from infersight.simulator.request import SimRequest
 from infersight.simulator.workload import Draw
 
-TIMELINES = "infersight_tracing_timelines_total"  # its slow_*/random reasons come from the sampler's p99
+REAL_VLLM = Path(__file__).resolve().parents[1] / "fixtures" / "metrics" / "vllm_0_32_cpu_real.txt"
+TIMELINES = request.TIMELINES_KEPT.name  # its slow_*/random reasons come from the sampler's p99
 
 
 def _series(registry: CollectorRegistry) -> dict[tuple, float]:
@@ -110,3 +114,33 @@ def test_engine_series_are_what_the_collector_makes_of_vllm_text():
 
     assert flat(in_memory) == flat(from_text)
     assert engine.stats.finished["stop"] > 0 and engine.stats.prefix_hits > 0  # the engine did serve and hit
+
+
+def _shapes(text: str) -> dict[str, tuple[str, set[tuple[str, tuple[str, ...]]], set[str]]]:
+    """family -> (type, {(sample name, label names)}, histogram bounds), as a scraper parses them."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        names = {(s.name, tuple(sorted(k for k in s.labels if k != "le"))) for s in family.samples
+                 if not s.name.endswith("_created")}
+        out[family.name] = (family.type, names, {s.labels["le"] for s in family.samples if "le" in s.labels})
+    return out
+
+
+def test_simulated_vllm_exposes_what_a_real_vllm_exposes():
+    """Every family the simulated engine serves is in a real vLLM's /metrics, with its type, labels
+    and buckets (the real capture carries more info labels: the simulator's must be among them)."""
+    physics = Physics.build(Config().capacity.model, GPU_PRESETS["H100-SXM"])
+    engine = SimEngine("sim-n01:8000", "gemma-27b-int4", "stable", "sim-n01", 0, physics)
+    engine.start(0.0, cold=True)
+    simulated = _shapes(vllm_format.exposition(engine))
+    real = _shapes(REAL_VLLM.read_text())
+    assert simulated.keys() <= real.keys(), sorted(simulated.keys() - real.keys())
+    for family, (kind, names, bounds) in simulated.items():
+        real_kind, real_names, real_bounds = real[family]
+        assert (kind, bounds) == (real_kind, real_bounds), family
+        if family.endswith("_info"):
+            (_, labels), = names
+            (_, real_labels), = real_names
+            assert set(labels) <= set(real_labels), (family, sorted(set(labels) - set(real_labels)))
+        else:
+            assert names == real_names, family
