@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from infersight.simulator.request import SimRequest
 
 RETRYABLE = ("rejected", "error", "timeout")
-RETRY_COUNT_HEADER = "x-stainless-retry-count"
 
 
 class Backoff(enum.StrEnum):
