@@ -8,7 +8,7 @@ from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards.fleet import failed_share
-from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, timeseries, variable
+from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, quantiles, timeseries, variable
 from infersight.signals import request
 
 UID = "infersight-canary"
@@ -34,8 +34,8 @@ def _pools(config: Config, limits: Limits) -> list[dict]:
                    good="canary no higher than stable."),
         # One panel per pool, repeated across the row, for the pool's own detail.
         timeseries("TTFT p50 / p95 / p99, pool $pool", "s",
-                   [Q(request.TTFT.quantile(q, ("model",), RATE, **F), f"p{round(q * 100)} {{{{model}}}}")
-                    for q in (0.5, 0.95, 0.99)], line=Line(limits.ttft_slo_seconds), width=24, repeat="pool",
+                   quantiles(request.TTFT, ("model",), F, "{{model}}"), line=Line(limits.ttft_slo_seconds), width=24,
+                   repeat="pool",
                    description="Repeated per pool, side by side.", good="the same shape in every pool."),
     ]
 

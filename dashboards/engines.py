@@ -17,6 +17,7 @@ from infersight.dashboards.panels import (
     dashboard,
     heatmap,
     layout,
+    quantiles,
     recorded,
     stat,
     timeseries,
@@ -32,8 +33,7 @@ TOKENS_PER_S = "suffix: tok/s"
 def percentiles(signal, by: tuple[str, ...], legend: str) -> list[Q]:
     """p50/p95/p99 of a histogram and its mean (rate of the sum over rate of the count), as vLLM's dashboard."""
     mean = ratio(f"rate({signal.sum(**F)}[{RATE}])", f"rate({signal.count(**F)}[{RATE}])", by)
-    return [*(Q(signal.quantile(q, by, RATE, **F), f"p{round(q * 100)} {legend}") for q in rec.QUANTILES),
-            Q(mean, f"mean {legend}")]
+    return [*quantiles(signal, by, F, legend), Q(mean, f"mean {legend}")]
 
 
 def _now(limits: Limits) -> list[dict]:

@@ -13,7 +13,18 @@ from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards import shared
-from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, recorded, stat, timeseries, variable
+from infersight.dashboards.panels import (
+    RATE,
+    Line,
+    Q,
+    dashboard,
+    layout,
+    quantiles,
+    recorded,
+    stat,
+    timeseries,
+    variable,
+)
 from infersight.signals import gateway, request
 
 UID = "infersight-fleet"
@@ -56,8 +67,8 @@ def _now(limits: Limits) -> list[dict]:
 
 
 def _latency(config: Config, limits: Limits) -> list[dict]:
-    ttft = [Q(request.TTFT.quantile(q, BY, RATE, **F), f"p{round(q * 100)} {LEGEND}") for q in rec.QUANTILES]
-    tpot = [Q(request.TPOT.quantile(q, BY, RATE, **F), f"p{round(q * 100)} {LEGEND}") for q in rec.QUANTILES]
+    ttft = quantiles(request.TTFT, BY, F, LEGEND)
+    tpot = quantiles(request.TPOT, BY, F, LEGEND)
     over_slo = Q(recorded(rec.slo_errors_name("5m"), F), "{{model}}")
     return [
         timeseries("TTFT p50 / p95 / p99 vs SLO", "s", ttft, line=Line(limits.ttft_slo_seconds),

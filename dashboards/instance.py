@@ -23,6 +23,7 @@ from infersight.dashboards.panels import (
     gauge,
     layout,
     link,
+    quantiles,
     recorded,
     stat,
     timeseries,
@@ -113,8 +114,8 @@ def _cache(limits: Limits) -> list[dict]:
 
 
 def _latency(config: Config, limits: Limits) -> list[dict]:
-    ttft = [Q(request.TTFT.quantile(q, (), RATE, **I), f"p{round(q * 100)}") for q in rec.QUANTILES]
-    itl = [Q(engine.INTER_TOKEN.quantile(q, (), RATE, **I), f"p{round(q * 100)} engine ITL") for q in (0.5, 0.95)]
+    ttft = quantiles(request.TTFT, (), I)
+    itl = quantiles(engine.INTER_TOKEN, (), I, "engine ITL", qs=(0.5, 0.95))
     tpot = [Q(request.TPOT.quantile(0.95, (), RATE, **I), "p95 TPOT (requests)")]
     phases = [Q(engine.PREFILL_TIME.quantile(0.95, (), RATE, **I), "prefill p95"),
               Q(engine.DECODE_TIME.quantile(0.95, (), RATE, **I), "decode p95")]

@@ -19,7 +19,7 @@ import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from infersight.alerts.recording import level_labels
+from infersight.alerts.recording import QUANTILES, level_labels
 from infersight.dashboards.datasources import (
     CLICKHOUSE_NAME,
     CLICKHOUSE_PLUGIN,
@@ -31,6 +31,7 @@ from infersight.dashboards.datasources import (
     PROMETHEUS_UID,
     PROMETHEUS_VARIABLE,
 )
+from infersight.signals import Signal
 
 SCHEMA_VERSION = 42  # Grafana 12/13 (the defaultDashboard of @grafana/schema 13.2)
 PANEL_HEIGHT = 8
@@ -110,6 +111,13 @@ def prometheus_target(query: Q, ref_id: str, *, heatmap: bool = False) -> dict:
     if heatmap:
         target["format"] = "heatmap"
     return target
+
+
+def quantiles(signal: Signal, by: Sequence[str], matchers: Mapping[str, str], legend: str = "",
+              qs: Sequence[float] = QUANTILES) -> list[Q]:
+    """One query per quantile of histogram ``signal`` over the dashboard's rate window (p50/p95/p99 by
+    default, the recording rules' quantiles), each legend ``p95 <legend>``."""
+    return [Q(signal.quantile(q, by, RATE, **matchers), f"p{round(q * 100)} {legend}".rstrip()) for q in qs]
 
 
 def _targets(queries: Sequence[Q]) -> list[dict]:

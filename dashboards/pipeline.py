@@ -7,7 +7,7 @@ from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.alerts.rules.pipeline import SCRAPE_UP
 from infersight.config import Config
-from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, timeseries
+from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, quantiles, timeseries
 from infersight.signals import engine, gateway, gpu, pipeline, request
 
 UID = "infersight-pipeline"
@@ -44,8 +44,7 @@ def _receiver(limits: Limits) -> list[dict]:
 
 def _writer() -> list[dict]:
     queue = f"sum({pipeline.QUEUE_DEPTH.select()})"
-    insert = [Q(pipeline.INSERT_DURATION.quantile(q, ("table",), RATE), f"p{round(q * 100)} {{{{table}}}}")
-              for q in (0.5, 0.99)]
+    insert = quantiles(pipeline.INSERT_DURATION, ("table",), {}, "{{table}}", qs=(0.5, 0.99))
     rows = pipeline.BATCH_ROWS.quantile(0.5, ("table",), RATE)
     errors = f"sum by (kind) ({pipeline.INSERT_ERRORS.rate(RATE)})"
     retries = f"sum({pipeline.INSERT_RETRIES.rate(RATE)})"
