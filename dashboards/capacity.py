@@ -11,13 +11,23 @@ from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.capacity import plan
 from infersight.config import Config
-from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, recorded, stat, timeseries, variable
+from infersight.dashboards.panels import (
+    RATE,
+    TOKENS_PER_S,
+    Line,
+    Q,
+    dashboard,
+    layout,
+    recorded,
+    stat,
+    timeseries,
+    variable,
+)
 from infersight.signals import engine, gateway, request
 
 UID = "infersight-capacity"
 F = {"model": "=~$model", "pool": "=~$pool"}
 LEGEND = "{{model}} {{pool}}"
-TOKENS_PER_S = "suffix: tok/s"
 
 
 def _signals(limits: Limits) -> list[dict]:

@@ -12,6 +12,7 @@ from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards.panels import (
     RATE,
+    TOKENS_PER_S,
     Line,
     Q,
     dashboard,
@@ -27,7 +28,6 @@ from infersight.signals import engine
 
 UID = "infersight-engines"
 F = {"model": "=~$model", "instance": "=~$instance"}
-TOKENS_PER_S = "suffix: tok/s"
 
 
 def percentiles(signal, by: tuple[str, ...], legend: str) -> list[Q]:

@@ -16,6 +16,7 @@ from infersight.config import Config
 from infersight.dashboards import traces
 from infersight.dashboards.panels import (
     RATE,
+    TOKENS_PER_S,
     Line,
     Q,
     dashboard,
@@ -33,7 +34,6 @@ from infersight.signals import engine, gateway, gpu, request
 
 UID = "infersight-instance"
 I = {"instance": "=~$instance"}  # noqa: E741 - the one matcher of this dashboard
-TOKENS_PER_S = "suffix: tok/s"
 DEVICE = "{{node}}/{{gpu}}"
 # The instance's GPUs: one series per (node, gpu) while the engine is up.
 GPUS = f"max by (node, gpu) ({engine.GPU_INFO.select(**I)})"

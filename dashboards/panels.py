@@ -43,6 +43,8 @@ RATE = "$__rate_interval"
 # Every Prometheus query filters on its dashboard variables; "All" matches everything.
 ALL = ".*"
 ALL_VALUE = "$__all"
+# Grafana's custom unit for token rates (it has no built-in one).
+TOKENS_PER_S = "suffix: tok/s"
 # Heatmap cells stay readable: about one column per 20 pixels of a full-width panel.
 HEATMAP_POINTS = 60
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from infersight.alerts.limits import Limits
 from infersight.config import Config
-from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, stat, timeseries, variable
+from infersight.dashboards.panels import RATE, TOKENS_PER_S, Line, Q, dashboard, layout, stat, timeseries, variable
 from infersight.signals import engine
 from infersight.signals.engine import EngineRole
 
 UID = "infersight-pd"
 F = {"model": "=~$model"}
-TOKENS_PER_S = "suffix: tok/s"
 
 
 def instances(role: EngineRole | None = None, by: str = "model") -> str:
