@@ -57,7 +57,9 @@ def _signals(limits: Limits) -> list[dict]:
                                f"against serving instances x {limits.requests_per_instance} concurrent requests each "
                                "(capacity model, at the target token rate).",
                    good="the forecast under capacity; crossing it is the time left to add instances."),
-        timeseries("TTFT p95 trend", "s", [Q(f"deriv({ttft_p95}[30m]) * 3600", "{{model}} per hour")], width=6,
+        # deriv is negative while p95 falls: the axis must not stop at 0, and the unit is seconds per hour
+        timeseries("TTFT p95 trend", "suffix: s/h", [Q(f"deriv({ttft_p95}[30m]) * 3600", "{{model}}")], width=6,
+                   min_value=None,
                    description="How fast TTFT p95 moves, seconds per hour (the 'still rising' half of signal 2).",
                    good="at or under 0."),
         timeseries("Gateway queue time p95", "s",

@@ -154,17 +154,20 @@ def dashboard_url(uid: str, **variables: str) -> str:
 
 def timeseries(title: str, unit: str, queries: Sequence[Q], *, description: str = "", good: str = "",
                line: Line | None = None, stack: bool = False, max_value: float | None = None, width: int = 8,
-               repeat: str | None = None, decimals: int | None = None, links: Sequence[dict] = (),
-               data_links: Sequence[dict] = ()) -> dict:
+               min_value: float | None = 0, repeat: str | None = None, decimals: int | None = None,
+               links: Sequence[dict] = (), data_links: Sequence[dict] = ()) -> dict:
     """A Prometheus time series panel; ``line`` draws the threshold the alerts use; ``links`` sit on the panel,
-    ``data_links`` on each series (their URLs may use the series' labels, ``${__field.labels.instance}``)."""
+    ``data_links`` on each series (their URLs may use the series' labels, ``${__field.labels.instance}``);
+    the axis starts at 0 unless ``min_value`` is None (a trend, which is negative when falling)."""
     defaults = {
-        "unit": unit, "min": 0, "color": {"mode": "palette-classic"}, "thresholds": _thresholds(line),
+        "unit": unit, "color": {"mode": "palette-classic"}, "thresholds": _thresholds(line),
         "custom": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 30 if stack else 10, "showPoints": "never",
                    "spanNulls": False, "gradientMode": "none",
                    "stacking": {"mode": "normal" if stack else "none", "group": "A"},
                    "thresholdsStyle": {"mode": "line" if line else "off"}},
     }
+    if min_value is not None:
+        defaults["min"] = min_value
     if max_value is not None:
         defaults["max"] = max_value
     if decimals is not None:

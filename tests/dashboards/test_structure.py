@@ -276,6 +276,14 @@ def test_every_series_follows_the_dashboard_selection(boards):
     assert ignoring == []
 
 
+def test_trend_panels_can_show_a_fall(boards):
+    """A deriv() is negative while the value falls ("good: at or under 0"): its axis must not stop at 0."""
+    trends = [p for b in boards for p in panels(b) if any("deriv(" in t.get("expr", "") for t in p["targets"])]
+    assert trends
+    for panel in trends:
+        assert "min" not in panel["fieldConfig"]["defaults"], panel["title"]
+
+
 def test_datasources_come_from_the_config():
     config = parse_config({"prometheus": {"url": "http://prom.internal:9090"},
                            "clickhouse": {"dsn": "https://grafana:s3cret@ch.internal:8443/traces"}})
