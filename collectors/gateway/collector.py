@@ -21,7 +21,7 @@ from infersight.collectors.scrape_pool import ScrapePool
 from infersight.signals import gateway as gw
 from infersight.signals.catalog import Signal
 
-from .normalize import GatewayFormatError, Normalized, TargetLabels, normalize
+from .normalize import Normalized, TargetLabels, normalize
 from .products import SOURCES
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class GatewayCollector(Collector):
             fetched = fetch(target.url, self.timeout, self.max_bytes)
             normalized = normalize(fetched.text, TargetLabels(target.pool, target.strategy, target.model),
                                    target.fixed_kind)
-        except (ScrapeError, GatewayFormatError) as exc:
+        except ScrapeError as exc:  # a failed fetch, or a GatewayFormatError
             return TargetResult(target, kind, time.monotonic() - start, reason=exc.reason, detail=str(exc))
         self._kinds[target.name] = normalized.kind
         return TargetResult(target, normalized.kind, time.monotonic() - start, normalized)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from infersight.collectors.engine.scrape import ScrapeError
 from infersight.collectors.exposition_lines import named_lines
 from infersight.signals.catalog import Kind, Signal
 
@@ -22,12 +23,8 @@ from .rules import Families, Labels, Rule, SourceSpec, first_present
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
 
-class GatewayFormatError(ValueError):
-    """The exposition cannot be used; ``reason`` is the scrape-error label value."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
+class GatewayFormatError(ScrapeError):
+    """The exposition cannot be used; ``reason`` is the scrape-error label value (malformed, unrecognized)."""
 
 
 @dataclass(frozen=True)
