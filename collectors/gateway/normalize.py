@@ -90,10 +90,22 @@ def normalize(text: str, target: TargetLabels = TargetLabels(), kind: str | None
     families = parse_families(kept) if spec is not None else {}
     if spec is None or not any(families.get(name) for name in spec.wanted):
         parse_families(text)  # garbage says so (malformed) rather than "unrecognized"
-        wanted = kind or ", ".join(SOURCES)
-        raise GatewayFormatError("unrecognized", f"valid exposition but no series of {wanted} "
-                                                 "(is this the gateway's /metrics?)")
+        raise GatewayFormatError("unrecognized", _unrecognized(text, kind))
     return _Mapper(spec, target, families).run()
+
+
+def _unrecognized(text: str, kind: str | None) -> str:
+    """Why no product was found; an engine's /metrics (a common mix-up) says which command reads it,
+    as the engine collector says for a router."""
+    # Imported here: the engine normalizer imports this module (is_vllm_router).
+    from infersight.collectors.engine.normalize import select_lines as engine_lines
+
+    engine, _lines = engine_lines(text)
+    if engine is not None:
+        return (f"an inference engine's ({engine.name}) /metrics, not a gateway's: collect it with "
+                "`infersight collect engine`")
+    wanted = kind or ", ".join(SOURCES)
+    return f"valid exposition but no series of {wanted} (is this the gateway's /metrics?)"
 
 
 class _Mapper:

@@ -132,6 +132,10 @@ def test_target_labels_override_and_forced_kind():
     with pytest.raises(GatewayFormatError) as garbage:
         normalize("this is { not metrics\n")
     assert garbage.value.reason == "malformed"
+    # An engine's /metrics given as a gateway: unrecognized, and the message names the right command.
+    with pytest.raises(GatewayFormatError) as engine:
+        normalize(VLLM)
+    assert engine.value.reason == "unrecognized" and "infersight collect engine" in str(engine.value)
 
 
 @pytest.mark.parametrize(("text", "expected"), [("http://10.0.0.5:8000", "10.0.0.5:8000"),
