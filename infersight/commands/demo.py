@@ -57,7 +57,7 @@ def run_demo(args, config: Config) -> int:
     from infersight.pipelines.queries.window import Window
     from infersight.pipelines.receiver.service import Receiver, ReceiverThread, SetupError
     from infersight.pipelines.schema import migrations
-    from infersight.pipelines.schema.ddl import SchemaOptions
+    from infersight.pipelines.schema.ddl import TOKENS, TRACES, SchemaOptions
 
     if args.requests < 10:
         print("infersight demo: --requests must be at least 10", file=sys.stderr)
@@ -122,9 +122,9 @@ def run_demo(args, config: Config) -> int:
         gpu_rows = gpus.rows()
         report = write_report(client, "default", window, out / "report", min_gap_ms=STALL_MS, prometheus_url=None,
                               settings=Settings.from_config(config))
-        stored = client.query("SELECT count() FROM otel_traces").result_rows[0][0]
-        tokens = client.query("SELECT count() FROM llm_token_events").result_rows[0][0]
-        reasons = dict(client.query("SELECT SpanAttributes[{key:String}] AS reason, count() FROM otel_traces "
+        stored = client.query(f"SELECT count() FROM {TRACES}").result_rows[0][0]
+        tokens = client.query(f"SELECT count() FROM {TOKENS}").result_rows[0][0]
+        reasons = dict(client.query(f"SELECT SpanAttributes[{{key:String}}] AS reason, count() FROM {TRACES} "
                                     "WHERE IsRequest GROUP BY reason ORDER BY reason",
                                     parameters={"key": attributes.SAMPLING_REASON}).result_rows)
         summary = {
@@ -137,7 +137,7 @@ def run_demo(args, config: Config) -> int:
         if quiet:
             print(json.dumps(summary, indent=2, default=str))
             return 0
-        print(f"\n{stored} spans in otel_traces, {tokens} token rows in llm_token_events")
+        print(f"\n{stored} spans in {TRACES}, {tokens} token rows in {TOKENS}")
         kept = ", ".join(f"{reason}: {count}" for reason, count in reasons.items())
         print(f"tail sampling ({attributes.SAMPLING_REASON}): {kept}\n")
         print("Requests with the longest token stall (infersight traces slowest --by gap):")

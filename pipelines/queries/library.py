@@ -3,7 +3,8 @@
 Every value a user supplies -- database, trace id, instance, pool, model, times, thresholds -- is
 bound as a server-side parameter (``{name:Type}``, the database as ``{db:Identifier}``); the SQL
 text is constant, so no input can change what a query does. Choices between columns (sort by TTFT
-or e2e, group by instance or pool) pick from fixed fragments, never from user text.
+or e2e, group by instance or pool) pick from fixed fragments, never from user text; table names come
+from the schema module (:mod:`infersight.pipelines.schema.ddl`), never typed here.
 
 A trace holds one *request span* per service that saw the request (gateway, proxy, engine); a
 query that lists requests keeps one row per trace (``LIMIT 1 BY TraceId``) unless a service is given.
@@ -16,6 +17,7 @@ import datetime as dt
 from typing import Any
 
 from infersight import attributes as attr
+from infersight.pipelines.schema.ddl import REQUESTS_1M, TOKENS, TRACE_ID_TS, TRACES
 
 SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration", "gap": "TokenGapMaxMs"}
 GROUP_COLUMNS = {"instance": "Instance", "pool": "Pool", "model": "Model", "strategy": "Strategy"}
@@ -70,9 +72,9 @@ SELECT TraceId AS trace_id, Timestamp AS started, ServiceName AS service, Model 
        round(Duration / 1e6, 1) AS e2e_ms, round(TokenGapMaxMs, 1) AS max_gap_ms,
        if(TokenStallOffsetMs IS NULL, NULL, addMicroseconds(Timestamp, toInt64(TokenStallOffsetMs * 1000))) AS stall_at,
        InputTokens AS input_tokens, OutputTokens AS output_tokens
-FROM {{db:Identifier}}.otel_traces
+FROM {{db:Identifier}}.{TRACES}
 WHERE {window} AND (TraceId, SpanId) IN (
-    SELECT TraceId, SpanId FROM {{db:Identifier}}.otel_traces
+    SELECT TraceId, SpanId FROM {{db:Identifier}}.{TRACES}
     WHERE {window} AND IsRequest {REQUEST_FILTERS}
     ORDER BY {order} DESC NULLS LAST, Timestamp
     LIMIT 1 BY TraceId
@@ -94,14 +96,14 @@ def trace_spans(client, db: str, trace_id: str) -> list[dict[str, Any]]:
     """
     rows = _rows(client, f"""
 WITH (SELECT (toDateTime64(min(Start), 9), toDateTime64(max(End), 9) + toIntervalSecond(1))
-      FROM {{db:Identifier}}.otel_traces_trace_id_ts WHERE TraceId = {{trace:String}}) AS span_range
+      FROM {{db:Identifier}}.{TRACE_ID_TS} WHERE TraceId = {{trace:String}}) AS span_range
 SELECT SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, SpanName AS name, Timestamp AS started,
        round(Duration / 1e6, 2) AS duration_ms, {SPAN_STATUS} AS status, Instance AS instance, Pool AS pool,
        Outcome AS outcome, TtftMs AS ttft_ms, RetryAttempt AS attempt,
        Strategy AS strategy, RoutingCandidates AS candidates, PrefixCacheRatio AS prefix_cache_ratio,
        nullIf(InputTokens, 0) AS input_tokens, nullIf(CachedInputTokens, 0) AS cached_input_tokens,
        nullIf(OutputTokens, 0) AS output_tokens
-FROM {{db:Identifier}}.otel_traces
+FROM {{db:Identifier}}.{TRACES}
 WHERE TraceId = {{trace:String}} AND Timestamp >= span_range.1 AND Timestamp < span_range.2
 ORDER BY Timestamp, SpanId""", {"db": db, "trace": trace_id})
     if not rows:
@@ -132,24 +134,24 @@ def _tree_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def token_timeline(client, db: str, trace_id: str) -> list[dict[str, Any]]:
     """Every kept token of a trace (empty when its timeline was not sampled)."""
-    return _rows(client, """
+    return _rows(client, f"""
 SELECT SpanId AS span_id, ServiceName AS service, Instance AS instance, TokenIndex AS token_index,
        Timestamp AS at, round(OffsetUs / 1000, 3) AS offset_ms, round(GapUs / 1000, 3) AS gap_ms
-FROM {db:Identifier}.llm_token_events
-WHERE TraceId = {trace:String}
+FROM {{db:Identifier}}.{TOKENS}
+WHERE TraceId = {{trace:String}}
 ORDER BY SpanId, TokenIndex""", {"db": db, "trace": trace_id})
 
 
 def trace_stalls(client, db: str, trace_id: str, top: int = 5) -> list[dict[str, Any]]:
     """The longest inter-token gaps of one trace and when each started."""
-    return _rows(client, """
+    return _rows(client, f"""
 SELECT Instance AS instance, TokenIndex AS token_index, round(GapUs / 1000, 1) AS gap_ms,
        subtractMicroseconds(Timestamp, GapUs) AS gap_started, round((OffsetUs - GapUs) / 1000, 1) AS gap_offset_ms
-FROM {db:Identifier}.llm_token_events
-WHERE TraceId = {trace:String} AND TokenIndex > 0
+FROM {{db:Identifier}}.{TOKENS}
+WHERE TraceId = {{trace:String}} AND TokenIndex > 0
 ORDER BY GapUs DESC, TokenIndex
 LIMIT 1 BY TokenIndex
-LIMIT {top:UInt32}""", {"db": db, "trace": trace_id, "top": top})
+LIMIT {{top:UInt32}}""", {"db": db, "trace": trace_id, "top": top})
 
 
 def window_stalls(client, db: str, start: dt.datetime, end: dt.datetime, min_gap_ms: float = 500.0,
@@ -165,7 +167,7 @@ FROM (
     SELECT TraceId AS trace, Instance AS instance, TokenGapMaxMs AS gap,
            addMicroseconds(Timestamp, toInt64(ifNull(TokenStallOffsetMs, 0) * 1000)) AS stall_at,
            toStartOfMinute(stall_at) AS minute
-    FROM {{db:Identifier}}.otel_traces
+    FROM {{db:Identifier}}.{TRACES}
     WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND IsRequest
       AND TokenGapMaxMs > {{min_gap:Float64}} {REQUEST_FILTERS}
     ORDER BY gap DESC
@@ -183,7 +185,7 @@ def neighbors(client, db: str, instance: str, at: dt.datetime, lookback: dt.time
     until the first token (``llm.ttft_ms``), decoding after. Requests longer than ``lookback`` are
     not searched for (they would have to start before ``at - lookback``).
     """
-    return _rows(client, """
+    return _rows(client, f"""
 SELECT TraceId AS trace_id, ServiceName AS service, phase, round(elapsed_ms, 1) AS running_for_ms,
        InputTokens AS prompt_tokens, CachedInputTokens AS cached_tokens, toBool(CachedInputTokens > 0) AS prefix_cached,
        OutputTokens AS output_tokens, round(TtftMs, 1) AS ttft_ms, round(Duration / 1e6, 1) AS e2e_ms,
@@ -191,14 +193,15 @@ SELECT TraceId AS trace_id, ServiceName AS service, phase, round(elapsed_ms, 1) 
 FROM (
     SELECT TraceId, ServiceName, InputTokens, CachedInputTokens, OutputTokens, TtftMs, QueueMs, Duration, Outcome,
            Timestamp,
-           dateDiff('microsecond', Timestamp, {at:DateTime64(9)}) / 1000 AS elapsed_ms,
+           dateDiff('microsecond', Timestamp, {{at:DateTime64(9)}}) / 1000 AS elapsed_ms,
            multiIf(elapsed_ms < ifNull(QueueMs, 0), 'queued', TtftMs IS NULL OR elapsed_ms < TtftMs, 'prefill',
                    'decode') AS phase
-    FROM {db:Identifier}.otel_traces
-    WHERE Timestamp <= {at:DateTime64(9)} AND Timestamp >= subtractMicroseconds({at:DateTime64(9)}, {lookback_us:Int64})
-      AND IsRequest AND Instance = {instance:String}
-      AND ({service:String} = '' OR ServiceName = {service:String})
-      AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) >= {at:DateTime64(9)}
+    FROM {{db:Identifier}}.{TRACES}
+    WHERE Timestamp <= {{at:DateTime64(9)}}
+      AND Timestamp >= subtractMicroseconds({{at:DateTime64(9)}}, {{lookback_us:Int64}})
+      AND IsRequest AND Instance = {{instance:String}}
+      AND ({{service:String}} = '' OR ServiceName = {{service:String}})
+      AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) >= {{at:DateTime64(9)}}
     ORDER BY Timestamp DESC
     LIMIT 1 BY TraceId
 )
@@ -222,10 +225,10 @@ SELECT TraceId AS trace_id, RetryAttempt AS attempt, Instance AS instance, Times
        toFloat64OrNull(SpanAttributes[{{k_backoff:String}}]) AS backoff_ms,
        if(RetryAttempt = 0, NULL, round(dateDiff('microsecond',
            lagInFrame(addMicroseconds(Timestamp, intDiv(Duration, 1000))) OVER chain, Timestamp) / 1000, 1)) AS gap_ms
-FROM {{db:Identifier}}.otel_traces
+FROM {{db:Identifier}}.{TRACES}
 WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND SpanName = {{upstream:String}}
   AND TraceId IN (
-      SELECT TraceId FROM {{db:Identifier}}.otel_traces
+      SELECT TraceId FROM {{db:Identifier}}.{TRACES}
       WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}}
         AND SpanName = {{upstream:String}}
       GROUP BY TraceId HAVING uniqExact(RetryAttempt) >= {{min_attempts:UInt16}}
@@ -247,7 +250,7 @@ SELECT minute, service, {by}, requests, errors, round(q[1], 1) AS {metric}_p50_m
 FROM (
     SELECT Minute AS minute, ServiceName AS service, {key} AS {by}, sum(Requests) AS requests,
            sum(Errors) + sum(Timeouts) AS errors, quantilesMerge(0.5, 0.95, 0.99)({state}) AS q
-    FROM {{db:Identifier}}.llm_requests_1m
+    FROM {{db:Identifier}}.{REQUESTS_1M}
     WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
       AND ({{service:String}} = '' OR ServiceName = {{service:String}})
       AND ({{pool:String}} = '' OR Pool = {{pool:String}})
@@ -265,7 +268,7 @@ def compare_pools(client, db: str, start: dt.datetime, end: dt.datetime, service
     Error rate counts errors, timeouts and rejections (cancellations are the client's choice);
     tokens/s is output tokens over decode time (e2e minus TTFT) of requests that produced tokens.
     """
-    return _rows(client, """
+    return _rows(client, f"""
 SELECT service, pool, requests, round(ttft[1], 1) AS ttft_p50_ms, round(ttft[2], 1) AS ttft_p95_ms,
        round(ttft[3], 1) AS ttft_p99_ms, tokens_per_s, error_rate
 FROM (
@@ -273,10 +276,10 @@ FROM (
            quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS ttft,
            round(if(sum(DecodeSeconds) > 0, sum(OutputTokens) / sum(DecodeSeconds), NULL), 1) AS tokens_per_s,
            round((sum(Errors) + sum(Timeouts) + sum(Rejected)) / sum(Requests), 4) AS error_rate
-    FROM {db:Identifier}.llm_requests_1m
-    WHERE Minute >= toStartOfMinute({start:DateTime}) AND Minute < {end:DateTime64(9)}
-      AND ({service:String} = '' OR ServiceName = {service:String})
-      AND (empty({pools:Array(String)}) OR has({pools:Array(String)}, Pool))
+    FROM {{db:Identifier}}.{REQUESTS_1M}
+    WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
+      AND ({{service:String}} = '' OR ServiceName = {{service:String}})
+      AND (empty({{pools:Array(String)}}) OR has({{pools:Array(String)}}, Pool))
     GROUP BY service, pool)
 ORDER BY service, pool""", {"db": db, "start": start, "end": end, "service": service or "", "pools": list(pools)})
 
@@ -289,7 +292,7 @@ def dimension_values(client, db: str, start: dt.datetime, end: dt.datetime, dime
     """
     column = DIMENSIONS[dimension]
     return [row["value"] for row in _rows(client, f"""
-SELECT DISTINCT {column} AS value FROM {{db:Identifier}}.llm_requests_1m
+SELECT DISTINCT {column} AS value FROM {{db:Identifier}}.{REQUESTS_1M}
 WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}} AND {column} != ''
 ORDER BY value""", {"db": db, "start": start, "end": end})]
 
@@ -300,7 +303,7 @@ def attempt_failures(client, db: str, start: dt.datetime, end: dt.datetime) -> l
     A request retried to success ends ``success``, so a pool whose every first attempt fails can
     show a 0% request error rate; counting attempts shows where they failed.
     """
-    return _rows(client, """
+    return _rows(client, f"""
 SELECT Instance AS instance, count() AS attempts, countIf(failed) AS failed_attempts,
        arraySort(groupUniqArrayIf(error_type, failed AND error_type != '')) AS errors,
        if(countIf(failed) = 0, NULL, round(quantileIf(0.5)(Duration / 1e6, failed), 1)) AS failed_median_ms,
@@ -309,9 +312,9 @@ SELECT Instance AS instance, count() AS attempts, countIf(failed) AS failed_atte
        uniqExactIf(TraceId, failed) AS requests_hit
 FROM (
     SELECT Instance, TraceId, Timestamp, Duration, StatusCode = 'Error' AS failed,
-           SpanAttributes[{k_error:String}] AS error_type
-    FROM {db:Identifier}.otel_traces
-    WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND SpanName = {upstream:String})
+           SpanAttributes[{{k_error:String}}] AS error_type
+    FROM {{db:Identifier}}.{TRACES}
+    WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND SpanName = {{upstream:String}})
 GROUP BY instance
 ORDER BY failed_attempts DESC, instance""",
                  {"db": db, "start": start, "end": end, "k_error": attr.ERROR_TYPE, "upstream": attr.SPAN_UPSTREAM})
@@ -319,9 +322,9 @@ ORDER BY failed_attempts DESC, instance""",
 
 def instance_pools(client, db: str, start: dt.datetime, end: dt.datetime) -> dict[str, str]:
     """{instance: pool} of the instances that served requests in the window (from the rollup)."""
-    rows = _rows(client, """
-SELECT Instance AS instance, any(Pool) AS pool FROM {db:Identifier}.llm_requests_1m
-WHERE Minute >= toStartOfMinute({start:DateTime}) AND Minute < {end:DateTime64(9)} AND Instance != ''
+    rows = _rows(client, f"""
+SELECT Instance AS instance, any(Pool) AS pool FROM {{db:Identifier}}.{REQUESTS_1M}
+WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}} AND Instance != ''
 GROUP BY instance""", {"db": db, "start": start, "end": end})
     return {r["instance"]: r["pool"] for r in rows}
 
@@ -335,17 +338,17 @@ def slo_impact(client, db: str, start: dt.datetime, end: dt.datetime, ttft_slo_m
     or never came (failed, timed out); cancelled and rejected requests are counted apart. ``service``
     is the service most requests entered through (the gateway's, in a traced gateway).
     """
-    rows = _rows(client, """
+    rows = _rows(client, f"""
 SELECT count() AS requests, countIf(Outcome IN ('error', 'timeout')) AS failed,
        countIf(Outcome = 'rejected') AS rejected, countIf(Outcome = 'cancelled') AS cancelled,
-       countIf(Outcome = 'success' AND ifNull(TtftMs, 0) > {slo:Float64}) AS slow,
-       countIf(Outcome IN ('error', 'timeout') OR (Outcome = 'success' AND ifNull(TtftMs, 0) > {slo:Float64}))
+       countIf(Outcome = 'success' AND ifNull(TtftMs, 0) > {{slo:Float64}}) AS slow,
+       countIf(Outcome IN ('error', 'timeout') OR (Outcome = 'success' AND ifNull(TtftMs, 0) > {{slo:Float64}}))
            AS over_slo,
        round(quantile(0.95)(TtftMs), 1) AS ttft_p95_ms, topKIf(1)(ServiceName, ServiceName != '') AS top_service
 FROM (
-    SELECT TraceId, Outcome, TtftMs, ServiceName FROM {db:Identifier}.otel_traces
-    WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND IsRequest
-      AND ({service:String} = '' OR ServiceName = {service:String})
+    SELECT TraceId, Outcome, TtftMs, ServiceName FROM {{db:Identifier}}.{TRACES}
+    WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND IsRequest
+      AND ({{service:String}} = '' OR ServiceName = {{service:String}})
     ORDER BY Timestamp
     LIMIT 1 BY TraceId)""", {"db": db, "start": start, "end": end, "slo": ttft_slo_ms, "service": service or ""})
     impact = rows[0]
@@ -364,7 +367,7 @@ SELECT service, {by}, requests, errors, round(q[1], 1) AS ttft_p50_ms, round(q[2
 FROM (
     SELECT ServiceName AS service, {key} AS {by}, sum(Requests) AS requests, sum(Errors) + sum(Timeouts) AS errors,
            quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS q
-    FROM {{db:Identifier}}.llm_requests_1m
+    FROM {{db:Identifier}}.{REQUESTS_1M}
     WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
       AND ({{service:String}} = '' OR ServiceName = {{service:String}})
     GROUP BY service, {by})
