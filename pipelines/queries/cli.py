@@ -233,7 +233,7 @@ def run_show(args, config) -> int:
     for span in spans:
         span["span"] = "  " * span["depth"] + span["name"]
         if span["candidates"]:
-            span["routing"] = f"{span['strategy']} cache={span['prefix_cache_ratio'] or '-'} {span['candidates']}"
+            span["routing"] = _routing(span)
     print(render(spans, args.format, ["span", "service", "start_ms", "duration_ms", "status", "instance", "attempt",
                                       "outcome", "ttft_ms", "input_tokens", "cached_input_tokens", "output_tokens",
                                       "routing"]))
@@ -249,6 +249,30 @@ def run_show(args, config) -> int:
         print()
         print(render(tokens, "table", ["token_index", "offset_ms", "gap_ms", "at", "service"]))
     return 0
+
+
+def _routing(span: dict) -> str:
+    """The router's decision on one line: strategy, prefix-cache ratio, each candidate's score and
+    estimated finish (``--format json`` keeps the candidates' JSON as stored)."""
+    import json
+
+    head = f"{span['strategy']} cache={span['prefix_cache_ratio'] or '-'}"
+    try:
+        candidates = json.loads(span["candidates"])
+    except ValueError:
+        return f"{head} {span['candidates']}"
+    if not isinstance(candidates, list):
+        return f"{head} {span['candidates']}"
+    parts = []
+    for c in candidates:
+        if not isinstance(c, dict):
+            continue
+        figures = [f"score {c['score']:g}" if isinstance(c.get("score"), int | float) else "",
+                   f"est {c['est_finish_ms']:,.0f} ms" if isinstance(c.get("est_finish_ms"), int | float) else "",
+                   f"cache {c['cache_ratio']:.0%}" if isinstance(c.get("cache_ratio"), int | float) else ""]
+        figures = [f for f in figures if f]
+        parts.append(f"{c.get('instance', '?')}" + (f" ({', '.join(figures)})" if figures else ""))
+    return f"{head}: " + "; ".join(parts)
 
 
 def run_stalls(args, config) -> int:

@@ -58,6 +58,9 @@ def test_show_a_trace(store, capsys):
     assert code == 0
     assert "\n  gateway.route " in out and "\n    chat llama-3-70b" in out and "\n      engine.decode" in out
     assert "token timeline: 50 tokens" in out and "3,000" in out
+    # the router's candidates read as words on one line, not as the JSON they are stored as
+    assert "least_conn cache=0.64: i-1 (score 0.5); i-2 (score 0.5); i-3 (score 0.5)" in out
+    assert '"instance"' not in out
     code, out, _ = run(capsys, "traces", "show", data.trace_id("victim-1").upper(), "--dsn", dsn, "--format", "json")
     body = json.loads(out)
     assert len(body["tokens"]) == 50 and body["stalls"][0]["gap_ms"] == 3000.0 and body["spans"][0]["depth"] == 0
