@@ -45,6 +45,8 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, list | tuple):  # trace ids, error types: as a person writes a list, not Python's repr
+        return ", ".join(_cell(v) for v in value) or "-"
     return str(value)
 
 

@@ -85,6 +85,9 @@ def test_stalls_neighbors_retries(store, capsys):
     code, out, _ = run(capsys, "traces", "stalls", "--dsn", dsn, *window(data), "--min-gap-ms", "1000",
                        "--format", "json")
     assert [(r["instance"], r["requests"]) for r in json.loads(out)] == [("i-2", 2)]
+    examples = json.loads(out)[0]["example_traces"]
+    code, out, _ = run(capsys, "traces", "stalls", "--dsn", dsn, *window(data), "--min-gap-ms", "1000")
+    assert code == 0 and ", ".join(examples) in out and "['" not in out  # a list as words, not Python's repr
     code, out, err = run(capsys, "traces", "stalls", "0" * 32, "--dsn", dsn)
     assert code == 1 and "no token timeline" in err
     at = data.stall_at.isoformat() + "Z"
