@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -72,6 +73,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`infersight traces show ID | head`): stop quietly, as `cat` does, and
+        # point stdout at /dev/null so the interpreter's last flush does not print a second error.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout without a file descriptor (captured)
+            pass
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 
 
 if __name__ == "__main__":  # pragma: no cover

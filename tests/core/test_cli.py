@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -77,3 +78,16 @@ def test_config_after_a_nested_subcommand_is_read(tmp_path, capsys):
     missing = tmp_path / "nosuch.yaml"
     assert main(["traces", "show", "0" * 32, "--config", str(missing)]) == 2
     assert f"{missing}: no such config file" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    # `infersight ... | head`: the pipe's read end is closed before the command writes its first line
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "infersight", "db", "render"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 141
