@@ -235,14 +235,17 @@ def prometheus_series(title: str, ylabel: str, series: list[tuple[str, list[tupl
     """One Prometheus query over the window: a line per series, the limit it is judged against, the stalls."""
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.6))
     for label, points in series[:MAX_LINES]:
+        # a series with a sample or two (a target scraped only at the window's end) has no line to
+        # show: its dots must be big enough to see
         ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.4, marker=".",
-                markersize=3)
+                markersize=3 if len(points) > 3 else 9)
     peak = max((v for _, points in series for _, v in points), default=0.0)
     far = limit is not None and not ratio and peak > 0 and limit[0] > 3 * peak
     if limit is not None and not far:
         ax.axhline(limit[0], color=LIMIT_COLOR, linestyle=":", linewidth=1.2, label=limit[1])
-    if far:  # drawn, the limit would squash the data into a flat line at the bottom
-        title += f" (peak {peak:,.3g}, far under the {limit[1]})"
+    if far:  # drawn, the limit would squash the data into a flat line at the bottom; the legend names it
+        ax.plot([], [], color=LIMIT_COLOR, linestyle=":", linewidth=1.2,
+                label=f"{limit[1]}\nnot drawn: far above the peak of {peak:,.3g}")
     _mark_stalls(ax, stalls)
     _time_axis(ax, window)
     ax.set_ylim(bottom=0, top=1.05 if ratio else None)
