@@ -81,3 +81,25 @@ def test_rollup_queries_count_every_minute_the_window_touches(boundary):
     assert sum(r["requests"] for r in q.percentiles(client, db, data.t0, minute)) == before
     just_after = sum(r["requests"] for r in q.compare_pools(client, db, data.t0, minute + dt.timedelta(milliseconds=1)))
     assert just_after == sum(1 for s in boundary_data.REQUEST_OFFSETS if s < 120)
+
+
+def test_report_queries_keep_exactly_the_window(boundary):
+    # the incident report's own questions (SLO impact, failed attempts, the window's percentiles and
+    # the filter values), on the same unmerged parts
+    client, db, data = boundary
+    inside = len(data.inside())
+    assert q.slo_impact(client, db, data.start, data.end, ttft_slo_ms=1000.0)["requests"] == inside
+    attempts = {r["instance"]: (r["attempts"], r["failed_attempts"])
+                for r in q.attempt_failures(client, db, data.start, data.end)}
+    assert attempts == {"10.0.0.8:8000": (inside, inside), boundary_data.INSTANCE: (inside, 0)}
+    expected = data.in_window_minutes()
+    assert sum(r["requests"] for r in q.window_percentiles(client, db, data.start, data.end)) == expected
+    assert q.dimension_values(client, db, data.start, data.end, "instance") == [boundary_data.INSTANCE]
+    assert q.instance_pools(client, db, data.start, data.end) == {boundary_data.INSTANCE: "stable"}
+    # the rollup-backed ones take a minute the window only just touches
+    minute = data.t0 + dt.timedelta(minutes=1)
+    just_after = sum(r["requests"] for r in q.window_percentiles(client, db, data.t0,
+                                                                minute + dt.timedelta(milliseconds=1)))
+    assert just_after == sum(1 for s in boundary_data.REQUEST_OFFSETS if s < 120)
+    assert q.dimension_values(client, db, minute + dt.timedelta(seconds=59, milliseconds=900),
+                              minute + dt.timedelta(seconds=59, milliseconds=950), "pool") == ["stable"]
