@@ -8,8 +8,8 @@ PROXY_DESCRIPTION = """\
 Put this in front of any OpenAI-compatible engine (vLLM, SGLang, TGI ...) to get request metrics
 and traces without touching the engine. /v1/chat/completions and /v1/completions (streaming or
 not) are relayed byte for byte and instrumented: streamed tokens are timed one by one (the proxy
-asks the engine for per-chunk usage, stream_options.continuous_usage_stats, and keeps the usage
-chunk from a client that did not ask for it), usage is read when present, the W3C traceparent
+asks the engine for per-chunk usage, stream_options.continuous_usage_stats, and relays only the
+usage the client asked for itself), usage is read when present, the W3C traceparent
 is continued (or a trace started), spans go out over OTLP (tracing section of the config, else
 listeners.otlp_grpc, or OTEL_* variables) and the catalog metrics
 are served on /metrics of the listen address (scrape the engine's own /metrics directly). An

@@ -118,9 +118,11 @@ class Exchange:
                 return await self._relay_unsuccessful(upstream, record)
             content_type = upstream.headers.get("Content-Type", "")
             if content_type.startswith("text/event-stream") or (info.stream and "json" not in content_type):
-                # What the proxy added and the client did not ask for does not reach the client.
-                return await self._relay_stream(upstream, record,
-                                                drop_usage_chunk=counted is not None and not info.client_wants_usage)
+                # What the proxy added and the client did not ask for does not reach the client: the
+                # running usage on every chunk, and the usage chunk itself unless the client asked for it.
+                added = counted is not None
+                return await self._relay_stream(upstream, record, strip_chunk_usage=added,
+                                                drop_usage_chunk=added and not info.client_wants_usage)
             return await self._relay_json(upstream, record)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # before TimeoutError
             error = errors.upstream_unreachable(context.upstream_label, exc)
@@ -167,12 +169,12 @@ class Exchange:
 
     # -- relaying the three kinds of answer -----------------------------------------------
     async def _relay_stream(self, upstream: aiohttp.ClientResponse, record: RequestContext, *,
-                            drop_usage_chunk: bool = False) -> web.StreamResponse:
-        inspector = self.inspector = StreamInspector(drop_usage_chunk)
+                            drop_usage_chunk: bool = False, strip_chunk_usage: bool = False) -> web.StreamResponse:
+        inspector = self.inspector = StreamInspector(drop_usage_chunk, strip_chunk_usage)
         while data := await upstream.content.readany():
             if self.response is None:
                 await self._start_response(upstream)
-            if drop_usage_chunk:  # whole events, minus the one the client did not ask for
+            if inspector.filtering:  # whole events, minus what the client did not ask for
                 carried = inspector.feed(data)
                 out = inspector.take()
                 if out:
@@ -188,7 +190,7 @@ class Exchange:
         if self.response is None:  # an empty body
             await self._start_response(upstream)
         inspector.finish()
-        if drop_usage_chunk and (rest := inspector.take()):
+        if inspector.filtering and (rest := inspector.take()):
             await self.response.write(rest)
         await self.response.write_eof()
         recording.completed(record, inspector.facts, streamed=True)

@@ -20,6 +20,8 @@ DONE = b"[DONE]"
 # An event this large is not a token chunk: stop reading the stream (memory stays bounded), keep relaying.
 MAX_EVENT_BYTES = 1024 * 1024
 _decode = json.JSONDecoder().decode
+# A chunk re-written without its usage: compact, UTF-8 as is, as vLLM's and SGLang's own chunks are.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 # Delta keys that mean "this chunk carries generated output" (content, reasoning, tool calls).
 TOKEN_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal")
 
@@ -108,19 +110,24 @@ def _int_or(value: Any, default: int | None) -> int | None:
 class StreamInspector:
     """Incremental SSE reader: ``feed(bytes) -> number of output tokens in the events completed``.
 
-    With ``drop_usage_chunk`` it also decides what the client gets: whole events only (a partial
-    one waits for its end), minus the usage-only chunk (``choices: []``) that the proxy asked the
-    engine for and the client did not; :meth:`take` returns the bytes to relay.
+    With ``drop_usage_chunk`` or ``strip_chunk_usage`` it also decides what the client gets (the
+    filtering mode): whole events only (a partial one waits for its end), minus what the proxy
+    asked the engine for and the client did not: the usage-only chunk (``choices: []``) with
+    ``drop_usage_chunk``, the running ``usage`` on every other chunk (``continuous_usage_stats``)
+    with ``strip_chunk_usage``. :meth:`take` returns the bytes to relay.
     """
 
-    def __init__(self, drop_usage_chunk: bool = False) -> None:
+    def __init__(self, drop_usage_chunk: bool = False, strip_chunk_usage: bool = False) -> None:
         self.facts = ResponseFacts()
         self.done = False  # saw ``data: [DONE]``
         self.gave_up = False  # an oversized event: the rest of the stream is relayed unread
         self.drop_usage_chunk = drop_usage_chunk
+        self.strip_chunk_usage = strip_chunk_usage
+        self.filtering = drop_usage_chunk or strip_chunk_usage
         self._buffer = b""
         self._out: list[bytes] = []
         self._drop = False
+        self._replacement: bytes | None = None  # the event as relayed, when it differs from what came
 
     def take(self) -> bytes:
         """The bytes to relay now (filtering mode)."""
@@ -129,7 +136,7 @@ class StreamInspector:
 
     def held(self) -> bytes:
         """Filtering mode, when the stream ends early: every byte not yet relayed, the partial event too."""
-        return self.take() + (self._buffer if self.drop_usage_chunk else b"")
+        return self.take() + (self._buffer if self.filtering else b"")
 
     @property
     def partial(self) -> bool:
@@ -138,7 +145,7 @@ class StreamInspector:
 
     def feed(self, data: bytes) -> int:
         if self.gave_up:
-            if self.drop_usage_chunk:
+            if self.filtering:
                 self._out.append(data)
             return 0
         buffer = self._buffer + data
@@ -154,15 +161,15 @@ class StreamInspector:
             end = buffer.find(b"\n\n", start)
             if end < 0:
                 break
-            self._drop = False
+            self._drop, self._replacement = False, None
             tokens += self._event(buffer[start:end])
-            if self.drop_usage_chunk and not self._drop:
-                self._out.append(buffer[start:end + 2])
+            if self.filtering and not self._drop:
+                self._out.append(buffer[start:end + 2] if self._replacement is None else self._replacement)
             start = end + 2
         self._buffer = buffer[start:]
         if len(self._buffer) > MAX_EVENT_BYTES:
             self._malformed(f"an event over {MAX_EVENT_BYTES:,} bytes; the rest of the stream was not read")
-            if self.drop_usage_chunk:
+            if self.filtering:
                 self._out.append(self._buffer)
             self._buffer = b""
             self.gave_up = True
@@ -171,7 +178,7 @@ class StreamInspector:
     def finish(self) -> None:
         """The body ended: note a cut-off event or a missing ``[DONE]`` as malformed (and, when
         filtering, hand on what is left of it as it came)."""
-        if self.drop_usage_chunk and self._buffer:
+        if self.filtering and self._buffer:
             self._out.append(self._buffer)
         if self.partial and self.facts.malformed is None:
             self.facts.malformed = "stream ended inside an event (no blank line after it)"
@@ -180,7 +187,7 @@ class StreamInspector:
 
     def _event(self, block: bytes) -> int:
         if block.startswith(b"data: ") and b"\n" not in block:  # the usual shape: one data line
-            return self._data(block[6:])
+            return self._data(block[6:], rewritable=True)
         data_lines: list[bytes] = []
         for line in block.lstrip(b"\n").split(b"\n"):
             if not line or line.startswith(b":"):  # blank or comment (keep-alive)
@@ -195,7 +202,7 @@ class StreamInspector:
             return 0
         return self._data(b"\n".join(data_lines))
 
-    def _data(self, data: bytes) -> int:
+    def _data(self, data: bytes, rewritable: bool = False) -> int:
         if data.strip() == DONE:
             self.done = True
             return 0
@@ -207,9 +214,14 @@ class StreamInspector:
         if not isinstance(payload, dict):
             self._malformed(f"event data is not a JSON object: {data[:60]!r}")
             return 0
-        if self.drop_usage_chunk and payload.get("choices") == [] and "usage" in payload:
-            self._drop = True
-        return self.facts.read_payload(payload)
+        carried = self.facts.read_payload(payload)
+        if self.filtering and "usage" in payload:
+            if payload.get("choices") == []:
+                self._drop = self.drop_usage_chunk
+            elif self.strip_chunk_usage and rewritable:  # (an event of several lines goes as it came)
+                del payload["usage"]
+                self._replacement = b"data: " + _encode(payload).encode() + b"\n\n"
+        return carried
 
     def _malformed(self, why: str) -> None:
         if self.facts.malformed is None:

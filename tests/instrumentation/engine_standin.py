@@ -14,6 +14,8 @@ Each request may carry a ``standin`` object in its JSON body (``extra_body`` in 
     stamp (false: each token's text is the monotonic_ns time it was sent, for latency benchmarks)
     linger_after_done (0: seconds between ``data: [DONE]`` and the end of the body)
     refuse_continuous_usage (false: answer 400 to stream_options.continuous_usage_stats, as OpenAI's API does)
+    continuous_usage (false: honour stream_options.continuous_usage_stats as vLLM does, the running
+        usage on every chunk; off, the stand-in ignores it)
 
 Every request is logged as a :class:`Served` with the exact bytes written, whether the client
 (the proxy) went away before the end, and the headers it arrived with (to check traceparent).
@@ -117,7 +119,17 @@ class EngineStandin:
             return response
         chat = served.path.endswith("chat/completions")
         model = served.body.get("model")
-        await send(_event(_chunk(chat, model, {"role": "assistant", "content": ""} if chat else "", None)))
+        options = served.body.get("stream_options") or {}
+        running = plan.get("continuous_usage") and options.get("include_usage") and options.get(
+            "continuous_usage_stats")
+
+        def chunk(delta, finish_reason: str | None, generated: int) -> dict:
+            payload = _chunk(chat, model, delta, finish_reason)
+            if running:
+                payload["usage"] = _usage(served.body, generated)
+            return payload
+
+        await send(_event(chunk({"role": "assistant", "content": ""} if chat else "", None, 0)))
         await asyncio.sleep(plan.get("first_token_delay", 0))
         tokens = plan.get("tokens", 5)
         for index in range(tokens):
@@ -132,8 +144,8 @@ class EngineStandin:
             elif index and plan.get("interval"):
                 await asyncio.sleep(plan["interval"])
             text = str(time.monotonic_ns()) if plan.get("stamp") else f"tok{index} "
-            await send(_event(_chunk(chat, model, {"content": text} if chat else text, None)))
-        await send(_event(_chunk(chat, model, {} if chat else "", "length")))
+            await send(_event(chunk({"content": text} if chat else text, None, index + 1)))
+        await send(_event(chunk({} if chat else "", "length", tokens)))
         if (served.body.get("stream_options") or {}).get("include_usage"):
             await send(_event({"id": "cmpl-standin", "object": "chat.completion.chunk", "created": 0,
                                "model": model, "choices": [], "usage": _usage(served.body, tokens)}))

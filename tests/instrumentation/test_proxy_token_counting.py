@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from infersight.instrumentation.proxy.exchange import RequestInfo
 from infersight.instrumentation.proxy.sse import StreamInspector
 
@@ -125,7 +127,6 @@ def test_a_clients_own_bad_request_does_not_turn_per_chunk_usage_off():
     """A 400 to the proxy's ask may be the client's own (a prompt over the context length): the
     client's body gets the same 400, so the engine did not refuse the ask; keep asking."""
     import openai
-    import pytest
 
     from tests.instrumentation.proxy_harness import ProxyStack
 
@@ -143,5 +144,48 @@ def test_a_clients_own_bad_request_does_not_turn_per_chunk_usage_off():
         bodies = [served.body for served in stack.engine.served]
         # The ask, the client's body (the same 400), then the next request asks again.
         assert [("stream_options" in b) for b in bodies] == [True, False, True]
+    finally:
+        stack.close()
+
+
+def test_the_running_usage_on_every_chunk_is_not_relayed_when_the_client_did_not_ask_for_it():
+    """continuous_usage_stats puts usage on every chunk (vLLM); a client that asked only for
+    include_usage still gets usage once, in the usage chunk, as the OpenAI API sends it."""
+    inspector = StreamInspector(strip_chunk_usage=True)
+    stream = (chunk("a", 1) + chunk("b\u00e9", 2, finish="stop") + chunk(None, 2, choices=False)
+              + b"data: [DONE]\n\n")
+    relayed = b""
+    for i in range(0, len(stream), 5):
+        inspector.feed(stream[i:i + 5])
+        relayed += inspector.take()
+    inspector.finish()
+    relayed += inspector.take()
+    events = [json.loads(e[len(b"data: "):]) for e in relayed.split(b"\n\n") if e and e != b"data: [DONE]"]
+    assert [("usage" in e) for e in events] == [False, False, True]
+    assert [e["choices"][0]["delta"].get("content") for e in events[:2]] == ["a", "b\u00e9"]
+    assert "b\u00e9".encode() in relayed  # UTF-8 as the engine wrote it, not \u escapes
+    assert relayed.endswith(chunk(None, 2, choices=False) + b"data: [DONE]\n\n")
+    assert inspector.facts.counted_per_chunk and inspector.facts.output_tokens == 2
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_clients_through_the_proxy_see_usage_only_as_they_asked(include_usage):
+    import openai
+
+    from tests.instrumentation.proxy_harness import ProxyStack
+
+    stack = ProxyStack()
+    try:
+        api = openai.OpenAI(base_url=stack.url + "/v1", api_key="none", max_retries=0)
+        options = {"stream_options": {"include_usage": True}} if include_usage else {}
+        chunks = list(api.chat.completions.create(model="standin-model", messages=[], stream=True, **options,
+                                                  extra_body={"standin": {"tokens": 4, "continuous_usage": True}}))
+        served = stack.engine.served[-1]
+        assert served.body["stream_options"]["continuous_usage_stats"] is True  # the proxy asked
+        assert all(c.usage is None for c in chunks if c.choices)
+        usage = [c.usage.completion_tokens for c in chunks if not c.choices]
+        assert usage == ([4] if include_usage else [])
+        span = stack.wait_request_span(1)
+        assert span.attributes["gen_ai.usage.output_tokens"] == 4
     finally:
         stack.close()
