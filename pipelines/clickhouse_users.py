@@ -31,17 +31,18 @@ USERS = {WRITER: "infersight_writer", READER: "infersight_reader"}
 # What each role may do, on every database (tests and sites use more than one). Host-touching table
 # functions need SOURCES grants (FILE, URL, REMOTE, S3, ...) and dictionaries need CREATE DICTIONARY:
 # neither role gets them, so ClickHouse refuses those with ACCESS_DENIED.
-WRITER_GRANTS = ("SELECT, INSERT, ALTER TABLE, ALTER VIEW, CREATE DATABASE, CREATE TABLE, CREATE VIEW, "
-                 "DROP DATABASE, DROP TABLE, DROP VIEW, TRUNCATE, OPTIMIZE, SYSTEM MERGES, SHOW TABLES, "
-                 "SHOW DATABASES, SHOW COLUMNS")
+# On a server (render_sql) the writer's grants are on the one database; the embedded store's writer also
+# creates and drops databases (WRITER_DATABASE_GRANTS), on *.*.
+WRITER_TABLE_GRANTS = ("SELECT, INSERT, ALTER TABLE, ALTER VIEW, CREATE TABLE, CREATE VIEW, DROP TABLE, DROP VIEW, "
+                       "TRUNCATE, OPTIMIZE, SYSTEM MERGES, SHOW TABLES, SHOW DATABASES, SHOW COLUMNS")
+WRITER_DATABASE_GRANTS = "CREATE DATABASE, DROP DATABASE"
 READER_GRANTS = "SELECT, SHOW TABLES, SHOW DATABASES, SHOW COLUMNS"
 # Engines the migrations create (ClickHouse >= 24 checks TABLE ENGINE on CREATE TABLE).
 TABLE_ENGINES = ("MergeTree", "ReplacingMergeTree", "AggregatingMergeTree", "SummingMergeTree", "Memory",
                  "ReplicatedMergeTree", "ReplicatedReplacingMergeTree", "ReplicatedAggregatingMergeTree",
                  "Distributed", "MaterializedView", "View", "Null")
-# Settings the writer may not change (none so far: the migrations' INSERT ... VALUES with server-side
-# parameters needs Values expressions, so the gate checks Values data for file() instead).
-WRITER_FIXED_SETTINGS: dict[str, str] = {}
+# The writer's profile fixes no setting: the migrations' INSERT ... VALUES with server-side parameters
+# needs Values expressions, so the gate checks Values data for file() instead.
 
 
 @dataclass(frozen=True)
@@ -124,13 +125,11 @@ def users_xml(credentials: Credentials) -> str:
     (:mod:`infersight.pipelines.clickhouse_gate`) is what keeps every client away from it.
     """
     w, r = credentials.writer, credentials.reader
-    fixed = "".join(f"<{k}><readonly/></{k}>" for k in WRITER_FIXED_SETTINGS)
-    values = "".join(f"<{k}>{v}</{k}>" for k, v in WRITER_FIXED_SETTINGS.items())
     engines = "".join(f"<query>GRANT TABLE ENGINE ON {e}</query>" for e in TABLE_ENGINES)
     return f"""<clickhouse>
   <profiles>
     <default/>
-    <infersight_writer>{values}<constraints>{fixed}</constraints></infersight_writer>
+    <infersight_writer/>
     <infersight_reader><readonly>1</readonly></infersight_reader>
   </profiles>
   <quotas><default/></quotas>
@@ -145,7 +144,7 @@ def users_xml(credentials: Credentials) -> str:
       <networks><ip>::/0</ip></networks>
       <profile>infersight_writer</profile><quota>default</quota><default_database>default</default_database>
       <grants>
-        <query>GRANT {WRITER_GRANTS} ON *.*</query>
+        <query>GRANT {WRITER_TABLE_GRANTS}, {WRITER_DATABASE_GRANTS} ON *.*</query>
         {engines}
       </grants>
     </{w.user}>
@@ -165,15 +164,13 @@ def render_sql(credentials: Credentials, database: str, cluster: str | None = No
     on = f" ON CLUSTER {ddl.identifier(cluster)}" if cluster else ""
     db = ddl.identifier(database)
     w, r = credentials.writer, credentials.reader
-    fixed = ", ".join(f"{k} = {v} CONST" for k, v in WRITER_FIXED_SETTINGS.items())
     return [
-        f"CREATE SETTINGS PROFILE IF NOT EXISTS infersight_writer{on}" + (f" SETTINGS {fixed}" if fixed else ""),
+        f"CREATE SETTINGS PROFILE IF NOT EXISTS infersight_writer{on}",
         f"CREATE SETTINGS PROFILE IF NOT EXISTS infersight_reader{on} SETTINGS readonly = 1 CONST",
         f"CREATE USER IF NOT EXISTS {ddl.identifier(w.user)}{on} IDENTIFIED WITH sha256_hash BY "
         f"{ddl.literal(w.sha256)} SETTINGS PROFILE infersight_writer",
         f"CREATE USER IF NOT EXISTS {ddl.identifier(r.user)}{on} IDENTIFIED WITH sha256_hash BY "
         f"{ddl.literal(r.sha256)} SETTINGS PROFILE infersight_reader",
-        f"GRANT{on} {WRITER_GRANTS.replace(', CREATE DATABASE', '').replace(', DROP DATABASE', '')} "
-        f"ON {db}.* TO {ddl.identifier(w.user)}",
+        f"GRANT{on} {WRITER_TABLE_GRANTS} ON {db}.* TO {ddl.identifier(w.user)}",
         f"GRANT{on} {READER_GRANTS} ON {db}.* TO {ddl.identifier(r.user)}",
     ]

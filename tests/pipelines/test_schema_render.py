@@ -73,3 +73,27 @@ def test_db_migrate_cli_on_a_real_server(clickhouse_server, clickhouse_database,
         parameters={"db": clickhouse_database}).result_rows
     dedup = {name for name, create in creates if "non_replicated_deduplication_window" in create}
     assert dedup == set(ddl.DEDUP_TABLES)
+
+
+def test_render_users_prints_the_two_roles_with_hashes_only(tmp_path, capsys):
+    """`db render --users` (for a server or cluster): the roles of the embedded store, never a password."""
+    import hashlib
+
+    from infersight.pipelines import clickhouse_users
+
+    config = tmp_path / "infersight.yaml"
+    config.write_text(f"clickhouse:\n  dsn: http://ch.internal:8123/obs\n  data_dir: {tmp_path / 'data'}\n")
+    assert main(["--config", str(config), "db", "render", "--users", "--cluster", "llm"]) == 0
+    out = capsys.readouterr().out
+    credentials = clickhouse_users.load(tmp_path / "data")  # created on first use
+    w, r = credentials.writer, credentials.reader
+    assert w.password not in out and r.password not in out
+    for role in (w, r):
+        assert (f"CREATE USER IF NOT EXISTS `{role.user}` ON CLUSTER `llm` IDENTIFIED WITH sha256_hash BY "
+                f"'{hashlib.sha256(role.password.encode()).hexdigest()}' SETTINGS PROFILE {role.user}") in out
+    assert "CREATE SETTINGS PROFILE IF NOT EXISTS infersight_reader ON CLUSTER `llm` SETTINGS readonly = 1 CONST" in out
+    [writer_grant] = [line for line in out.splitlines() if line.endswith(f"TO `{w.user}`;")]
+    [reader_grant] = [line for line in out.splitlines() if line.endswith(f"TO `{r.user}`;")]
+    assert "ON `obs`.*" in writer_grant and "INSERT" in writer_grant and "DATABASE," not in writer_grant
+    assert reader_grant == f"GRANT ON CLUSTER `llm` {clickhouse_users.READER_GRANTS} ON `obs`.* TO `{r.user}`;"
+    assert "INSERT" not in reader_grant and not re.search(r"\b(FILE|SOURCES|URL|S3)\b", out)
