@@ -12,10 +12,12 @@ from infersight.exposition import generate, without_created
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``127.0.0.1:9835``); raise ValueError with a usable message."""
+    """Split ``HOST:PORT`` (``127.0.0.1:9835``; port 0 picks a free one); raise ValueError with a usable message."""
     host, sep, port = listen.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9835")
+    if int(port) > 65535:
+        raise ValueError(f"--listen {listen!r}: the port must be between 0 and 65535")
     return host.strip("[]"), int(port)
 
 

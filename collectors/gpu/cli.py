@@ -138,8 +138,7 @@ def _serve(exporter, args, config) -> int:
 
     listen = args.listen or config.listeners.gpu_exporter
     try:
-        if not 0 <= parse_listen(listen)[1] <= 65535:
-            raise ValueError("the port must be between 0 and 65535")
+        parse_listen(listen)
         port = exporter.start(listen)
     except (ValueError, OSError) as exc:
         exporter.backend.close()
@@ -237,8 +236,7 @@ def _dcgm_serve(collector, args, config) -> int:
 
     listen = args.listen or config.listeners.gpu_exporter
     try:
-        if not 0 <= parse_listen(listen)[1] <= 65535:
-            raise ValueError("the port must be between 0 and 65535")
+        parse_listen(listen)
         server, _thread = serve(build_registry(collector), listen)
     except (ValueError, OSError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

@@ -62,6 +62,7 @@ def test_targets_from_the_config_file(server, tmp_path, capsys):
     (["--target", "http://a:1/metrics", "--target", "http://a:1/metrics"], "two targets with instance"),
     (["--target", "http://a:1/metrics", "--timeout", "0"], "must be positive"),
     (["--target", "http://a:1/metrics", "--listen", "nowhere"], "expected HOST:PORT"),
+    (["--target", "http://a:1/metrics", "--listen", "127.0.0.1:99999"], "between 0 and 65535"),
 ])
 def test_bad_arguments_exit_2_with_a_clear_message(argv, message, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # no stray infersight.yaml

@@ -193,8 +193,9 @@ def test_cli_once_formats_and_exit_codes(served, capsys, tmp_path):
     assert 'llm_instance_state{instance="10.0.0.13:8000"' in out and "vllm:" not in out
     assert main(["collect", "gateway", "--target", served.add("/404", "x", status=404), "--once"]) == 1
     assert "http_status" in capsys.readouterr().err
-    for argv, message in ((["--target", "nginx=http://h/metrics"], "unknown gateway kind"), ([], "no gateway targets")):
-        assert main(["collect", "gateway", *argv, "--once"]) == 2
+    for argv, message in ((["--target", "nginx=http://h/metrics"], "unknown gateway kind"), ([], "no gateway targets"),
+                          (["--target", url, "--listen", "127.0.0.1:99999"], "between 0 and 65535")):
+        assert main(["collect", "gateway", *argv, *([] if "--listen" in argv else ["--once"])]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
     config = tmp_path / "infersight.yaml"
