@@ -339,18 +339,20 @@ def slo_impact(client, db: str, start: dt.datetime, end: dt.datetime, ttft_slo_m
     is the service most requests entered through (the gateway's, in a traced gateway).
     """
     rows = _rows(client, f"""
-SELECT count() AS requests, countIf(Outcome IN ('error', 'timeout')) AS failed,
-       countIf(Outcome = 'rejected') AS rejected, countIf(Outcome = 'cancelled') AS cancelled,
-       countIf(Outcome = 'success' AND ifNull(TtftMs, 0) > {{slo:Float64}}) AS slow,
-       countIf(Outcome IN ('error', 'timeout') OR (Outcome = 'success' AND ifNull(TtftMs, 0) > {{slo:Float64}}))
-           AS over_slo,
+SELECT count() AS requests, countIf(has({{failed:Array(String)}}, Outcome)) AS failed,
+       countIf(Outcome = {{rejected:String}}) AS rejected, countIf(Outcome = {{cancelled:String}}) AS cancelled,
+       countIf(Outcome = {{success:String}} AND ifNull(TtftMs, 0) > {{slo:Float64}}) AS slow,
+       countIf(has({{failed:Array(String)}}, Outcome)
+               OR (Outcome = {{success:String}} AND ifNull(TtftMs, 0) > {{slo:Float64}})) AS over_slo,
        round(quantile(0.95)(TtftMs), 1) AS ttft_p95_ms, topKIf(1)(ServiceName, ServiceName != '') AS top_service
 FROM (
     SELECT TraceId, Outcome, TtftMs, ServiceName FROM {{db:Identifier}}.{TRACES}
     WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND IsRequest
       AND ({{service:String}} = '' OR ServiceName = {{service:String}})
     ORDER BY Timestamp
-    LIMIT 1 BY TraceId)""", {"db": db, "start": start, "end": end, "slo": ttft_slo_ms, "service": service or ""})
+    LIMIT 1 BY TraceId)""", {"db": db, "start": start, "end": end, "slo": ttft_slo_ms, "service": service or "",
+                             "failed": [attr.Outcome.ERROR, attr.Outcome.TIMEOUT], "success": attr.Outcome.SUCCESS,
+                             "rejected": attr.Outcome.REJECTED, "cancelled": attr.Outcome.CANCELLED})
     impact = rows[0]
     # the service most requests entered through: whose view of latency the report's charts show
     impact["service"] = (impact.pop("top_service") or [service or ""])[0]
