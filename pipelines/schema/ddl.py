@@ -331,6 +331,7 @@ def token_events_upgrade(opts: SchemaOptions) -> list[str]:
     Stops the per-token view first, so nothing is written twice; the old table is renamed
     ``llm_token_events_v1`` (kept until its TTL) by :func:`infersight.pipelines.schema.migrations.migrate`
     when it finds one, and its rows are copied into ``llm_token_timelines`` (same answers through the view).
+    On a cluster they are not copied: they stay in each shard's ``llm_token_events_v1_local``.
     """
     return [f"DROP TABLE IF EXISTS {opts.table(TOKENS + '_mv', local=True)}{opts.on_cluster}"]
 

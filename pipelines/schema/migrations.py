@@ -33,7 +33,8 @@ def _token_timelines_upgrade(client, opts: SchemaOptions) -> None:
     Stop the per-token view, move the old table aside (kept until its TTL), create the timelines
     table, its view and ``llm_token_events`` as a view, then copy the old rows over. The copy
     carries a fixed deduplication token, so a migration interrupted after it and run again does not
-    copy twice.
+    copy twice. On a cluster there is no copy (the rows are shard-local; one client cannot move them):
+    timelines from before the upgrade stay in each shard's ``llm_token_events_v1_local``, out of the view.
     """
     for statement in ddl.token_events_upgrade(opts):
         client.command(statement)
