@@ -134,10 +134,11 @@ class ClickHouseServer:
 
     def dsn(self, database: str = "default", role: str = "writer") -> str:
         """A DSN for ``role`` on ``database``: its user, and the credentials file as its password_file."""
-        from urllib.parse import quote
+        from infersight.dsn import Dsn
 
         who = self.credentials.role(role)
-        return f"http://{who.user}@{self.host}:{self.port}/{database}?password_file={quote(str(self.credentials.path))}"
+        return str(Dsn("http", database=database, host=self.host, port=self.port, user=who.user,
+                       password_file=str(self.credentials.path)))
 
     def __enter__(self) -> ClickHouseServer:
         return self.start()
