@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 import os
@@ -43,6 +44,8 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, dt.datetime):
+        return _utc(value)
     if isinstance(value, float):
         return f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, list | tuple):  # trace ids, error types: as a person writes a list, not Python's repr
@@ -66,3 +69,12 @@ def output_folder(path: str | Path, flag: str = "--out") -> Path:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"{flag} {path}: the folder is not writable by this user")
     return folder
+
+
+def _utc(at: dt.datetime) -> str:
+    """``2026-03-01 14:05:07.250Z``: the zone said (our naive datetimes are UTC), milliseconds at most,
+    and still ISO 8601, so it can be pasted back into ``--at`` or ``--from``."""
+    if at.tzinfo is not None:
+        at = at.astimezone(dt.UTC).replace(tzinfo=None)
+    text = at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if at.microsecond else at.strftime("%Y-%m-%d %H:%M:%S")
+    return text + "Z"

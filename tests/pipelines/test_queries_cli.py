@@ -88,6 +88,7 @@ def test_stalls_neighbors_retries(store, capsys):
     examples = json.loads(out)[0]["example_traces"]
     code, out, _ = run(capsys, "traces", "stalls", "--dsn", dsn, *window(data), "--min-gap-ms", "1000")
     assert code == 0 and ", ".join(examples) in out and "['" not in out  # a list as words, not Python's repr
+    assert f"{data.stall_at:%Y-%m-%d %H:%M:%S}Z" in out  # clock times say they are UTC
     code, out, err = run(capsys, "traces", "stalls", "0" * 32, "--dsn", dsn)
     assert code == 1 and "no token timeline" in err
     at = data.stall_at.isoformat() + "Z"
