@@ -50,6 +50,14 @@ class ScrapePool:
         elif previous and not reason:
             self.log.warning("infersight: %s %s recovered", self.noun, name)
 
+    def error_counts(self, names: Iterable[str], reasons: Iterable[str]) -> list[tuple[tuple[str, str], int]]:
+        """Failed scrapes by (target name, reason), sorted, with every known reason at 0 for every
+        target named (DESIGN 8: a first failure is then an increase, not a new series at 1)."""
+        reasons = tuple(reasons)
+        counts = Counter({(name, reason): 0 for name in names for reason in reasons})
+        counts.update(self.errors)
+        return sorted(counts.items())
+
     def forget_all_but(self, live: set[str]) -> None:
         """Drop the counters of targets no longer scraped (removed from a file_sd file)."""
         for key in [k for k in self.errors if k[0] not in live]:

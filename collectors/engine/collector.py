@@ -141,10 +141,8 @@ class EngineCollector(Collector):
             families.append(gpus)
         errors = sig.SCRAPE_ERRORS.family()
         # Every known reason at 0 for every target, so a first failure is an increase.
-        counts = Counter({(r.target.instance, reason): 0 for r in cycle.results
-                          for reason in sig.SCRAPE_ERROR_REASONS})
-        counts.update(self._scraping.errors)
-        for (instance, reason), count in sorted(counts.items()):
+        counts = self._scraping.error_counts((r.target.instance for r in cycle.results), sig.SCRAPE_ERROR_REASONS)
+        for (instance, reason), count in counts:
             errors.add_metric([instance, reason], count)
         targets = sig.TARGETS.family()
         targets.add_metric([], len(cycle.results))

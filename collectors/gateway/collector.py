@@ -20,6 +20,7 @@ from infersight.collectors.engine.scrape import ScrapeError, TargetError, check_
 from infersight.collectors.scrape_pool import ScrapePool
 from infersight.signals import gateway as gw
 from infersight.signals.catalog import Signal
+from infersight.signals.engine import SCRAPE_ERROR_REASONS
 
 from .normalize import Normalized, TargetLabels, normalize
 from .products import SOURCES
@@ -153,7 +154,10 @@ class GatewayCollector(Collector):
         for r in results:
             up.add_metric([r.target.name, r.kind], 1.0 if r.up else 0.0)
             duration.add_metric([r.target.name, r.kind], r.seconds)
-        for (source, reason), count in sorted(self._scraping.errors.items()):
+        # Every known reason at 0 for every source, so a first failure is an increase. The reasons are
+        # the engine collector's: the same fetch and the same format checks fail the same ways.
+        for (source, reason), count in self._scraping.error_counts((r.target.name for r in results),
+                                                                   SCRAPE_ERROR_REASONS):
             errors.add_metric([source, reason], count)
         return [*families, up, duration, errors]
 

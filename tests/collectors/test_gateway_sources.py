@@ -16,6 +16,7 @@ from infersight.collectors.gateway.products import endpoint
 from infersight.signals import CATALOG
 from infersight.signals import gateway as gw
 from infersight.signals import request as req
+from infersight.signals.engine import SCRAPE_ERROR_REASONS
 from tests.collectors.engine_server import EngineServer
 from tests.conftest import FIXTURES
 
@@ -166,9 +167,11 @@ def test_collector_merges_replicas_and_reports_failed_sources(served):
         assert queue[("qwen3-8b", "qwen-pool", "")] == 80  # two EPP replicas, each holding 40
         up = {s.labels["source"]: s.value for s in families[gw.SOURCE_UP.name].samples}
         assert up == {f"127.0.0.1:{served.port}/epp-a": 1, f"127.0.0.1:{served.port}/epp-b": 1, "127.0.0.1:1": 0}
-        errors = [(s.labels["source"], s.labels["reason"], s.value)
-                  for s in families[gw.SOURCE_SCRAPE_ERRORS.name.removesuffix("_total")].samples]
-        assert errors == [("127.0.0.1:1", "down", 1)]
+        errors = {(s.labels["source"], s.labels["reason"]): s.value
+                  for s in families[gw.SOURCE_SCRAPE_ERRORS.name.removesuffix("_total")].samples}
+        assert {key: count for key, count in errors.items() if count} == {("127.0.0.1:1", "down"): 1}
+        # Every reason exists at 0 for every source from the first scrape (a first failure is an increase).
+        assert set(errors) == {(source, reason) for source in up for reason in SCRAPE_ERROR_REASONS}
     finally:
         collector.close()
 
