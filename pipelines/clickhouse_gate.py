@@ -43,6 +43,9 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
 # comments may only sit between the name and its parenthesis, where ClickHouse allows them too.
 _BETWEEN = r"(?:\s|/\*.*?\*/|--[^\n]*\n|#[^\n]*\n)*"
 _HOST_FUNCTIONS = re.compile(rf"\b(file|catboostEvaluate)\b{_BETWEEN}\(", re.I | re.S)
+# Backslash escapes as ClickHouse reads them in quoted names and strings (`fil\x65` is `file`).
+_ESCAPE = re.compile(r"\\([xX][0-9a-fA-F]{2}|.)", re.S)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0"}
 # A query parameter that is one complete statement: whole string literals and quoted names, no comment,
 # no heredoc ($$). Only then can its trailing FORMAT clause be trusted to end the SQL.
 _COMPLETE_SQL = re.compile(r"""(?:'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`"""
@@ -63,10 +66,18 @@ def credential_params(query_string: str) -> set[str]:
 
 
 def host_access(sql: str) -> str | None:
-    """The host-touching function ``sql`` may call, if any (identifier quotes ignored; conservative:
-    the name followed by a parenthesis anywhere, string literals included, counts)."""
-    match = _HOST_FUNCTIONS.search(sql.replace("`", "").replace('"', ""))
+    """The host-touching function ``sql`` may call, if any (identifier quotes and escapes such as
+    ``\\x65`` undone; conservative: the name followed by a parenthesis anywhere, string literals included)."""
+    text = _ESCAPE.sub(_unescape, sql).replace("`", "").replace('"', "")
+    match = _HOST_FUNCTIONS.search(text)
     return match.group(1) if match else None
+
+
+def _unescape(match: re.Match) -> str:
+    code = match.group(1)
+    if code[0] in "xX" and len(code) == 3:
+        return chr(int(code[1:], 16))
+    return _ESCAPES.get(code, code)
 
 
 def data_format(query: str) -> str | None:

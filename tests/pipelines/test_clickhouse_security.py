@@ -31,6 +31,8 @@ HOST_TOUCHING = [
     f"SELECT * FROM file('{SECRET_FILE}', 'LineAsString')",
     f"SELECT file('{SECRET_FILE}')",
     f"SELECT `file`/* hidden */('{SECRET_FILE}')",
+    f"SELECT `fil\\x65`('{SECRET_FILE}')",  # an escape in a quoted name: ClickHouse reads `file`
+    f"SELECT \"\\x66ile\"('{SECRET_FILE}')",
     "SELECT * FROM url('http://127.0.0.1:9/', 'LineAsString')",
     "SELECT * FROM remote('127.0.0.1', system.one)",
     "SELECT * FROM s3('http://127.0.0.1:9/bucket/key', 'LineAsString')",
