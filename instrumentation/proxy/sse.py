@@ -20,7 +20,8 @@ DONE = b"[DONE]"
 # An event this large is not a token chunk: stop reading the stream (memory stays bounded), keep relaying.
 MAX_EVENT_BYTES = 1024 * 1024
 _decode = json.JSONDecoder().decode
-# A chunk re-written without its usage: compact, UTF-8 as is, as vLLM's and SGLang's own chunks are.
+# A chunk re-written without its usage (when it cannot be cut out): compact, UTF-8 as is, as
+# vLLM's and SGLang's own chunks are.
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 # Delta keys that mean "this chunk carries generated output" (content, reasoning, tool calls).
 TOKEN_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal")
@@ -219,13 +220,31 @@ class StreamInspector:
             if payload.get("choices") == []:
                 self._drop = self.drop_usage_chunk
             elif self.strip_chunk_usage and rewritable:  # (an event of several lines goes as it came)
-                del payload["usage"]
-                self._replacement = b"data: " + _encode(payload).encode() + b"\n\n"
+                self._replacement = b"data: " + _without_usage(data, payload) + b"\n\n"
         return carried
 
     def _malformed(self, why: str) -> None:
         if self.facts.malformed is None:
             self.facts.malformed = why
+
+
+def _without_usage(data: bytes, payload: dict[str, Any]) -> bytes:
+    """The chunk's JSON text without its top-level ``usage``: the engine's own bytes with that member
+    cut out when it is the last one (vLLM's and SGLang's field order), else ``payload`` re-encoded.
+
+    The cut is checked, not assumed: what follows ``,"usage":`` must decode to the usage read from
+    this very chunk and be closed by the chunk's final brace, so it is the top-level member. About
+    a fifth of the cost of re-encoding the chunk, and byte for byte what the engine sent otherwise.
+    """
+    usage = payload.pop("usage")
+    at = data.rfind(b',"usage":')
+    if at > 0 and data.endswith(b"}"):
+        try:
+            if _decode(data[at + 9:-1].decode()) == usage:
+                return data[:at] + b"}"
+        except ValueError:
+            pass
+    return _encode(payload).encode()
 
 
 def inspect_json_body(body: bytes) -> ResponseFacts:

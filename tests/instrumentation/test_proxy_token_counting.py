@@ -189,3 +189,16 @@ def test_clients_through_the_proxy_see_usage_only_as_they_asked(include_usage):
         assert span.attributes["gen_ai.usage.output_tokens"] == 4
     finally:
         stack.close()
+
+
+def test_a_compact_chunk_keeps_the_engines_own_bytes_minus_its_usage():
+    """vLLM writes compact JSON with usage last: the member is cut out of the engine's text, which is
+    otherwise relayed as it came (a text that mentions "usage" included)."""
+    text = 'say ,"usage":{} and \u00e9'
+    engine = ('{"id":"c1","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,'
+              '"delta":{"content":' + json.dumps(text, ensure_ascii=False) + '},"logprobs":null,"finish_reason":null}]')
+    event = ("data: " + engine + ',"usage":{"prompt_tokens":7,"completion_tokens":1,"total_tokens":8}}\n\n').encode()
+    inspector = StreamInspector(strip_chunk_usage=True)
+    assert inspector.feed(event) == 1
+    assert inspector.take() == ("data: " + engine + "}\n\n").encode()
+    assert inspector.facts.tokens_counted == 1
