@@ -77,10 +77,25 @@ def probe_expr(minutes: int) -> str:
             f'[{minutes}m:1m])) / 60')
 
 
-def test_document(recorder: Recorder, rule_files: list[str], minutes: int) -> dict:
+def group_eval_order(rule_texts: list[str]) -> list[str]:
+    """Every rule group, recording groups first, then the rest in file order.
+
+    Without ``group_eval_order`` promtool evaluates the groups of one minute in Go's random map
+    order, so an alert reading a recording rule sees this minute's value in one run and last
+    minute's in the next: the same series fired a minute apart from run to run. Recording groups
+    first is the order rules in one group keep; a real Prometheus, whose groups run at offsets of
+    their own, may read a recording up to one evaluation interval older.
+    """
+    groups = [g for text in rule_texts for g in (yaml.safe_load(text) or {}).get("groups", [])]
+    recording = [g["name"] for g in groups if all("record" in r for r in g.get("rules", []))]
+    return recording + [g["name"] for g in groups if g["name"] not in recording]
+
+
+def test_document(recorder: Recorder, rule_files: list[str], minutes: int, eval_order: list[str]) -> dict:
     return {
         "rule_files": rule_files,
         "evaluation_interval": "1m",
+        "group_eval_order": eval_order,
         "tests": [{
             "name": "alert quality probe",
             "interval": "1m",
@@ -104,18 +119,18 @@ def parse_probe(output: str) -> dict[tuple[str, str], float]:
 
 
 def evaluate(recorder: Recorder, config: Config, minutes: int, workdir: Path) -> dict[tuple[str, str], float]:
-    rules_dir = workdir / "rules"
-    rule_files = []
+    rule_files, rule_texts = [], []
     for relative, text in render_all(config).items():
         if relative.startswith("rules/"):
             path = workdir / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-            rule_files.append(str(path.relative_to(workdir)))
-    del rules_dir
+            rule_files.append(relative)
+            rule_texts.append(text)
     test_file = workdir / "quality_test.yml"
+    document = test_document(recorder, rule_files, minutes, group_eval_order(rule_texts))
     with test_file.open("w") as out:
-        yaml.safe_dump(test_document(recorder, rule_files, minutes), out, width=1 << 30, sort_keys=False)
+        yaml.safe_dump(document, out, width=1 << 30, sort_keys=False)
     done = subprocess.run([_binary("promtool"), "test", "rules", test_file.name], cwd=workdir, capture_output=True,
                           text=True, timeout=PROMTOOL_TIMEOUT_S)
     output = done.stdout + done.stderr
