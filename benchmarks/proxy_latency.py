@@ -14,7 +14,9 @@ exporter, tail sampling), and the client here. The same streams run directly aga
   how busy the shared machine is.
 
 A second baseline, a bare aiohttp relay with no instrumentation, separates the cost of the extra
-network hop from the cost of the instrumentation itself.
+network hop from the cost of the instrumentation itself. The stand-in answers the proxy's
+``continuous_usage_stats`` ask as vLLM does (usage on every chunk, which the proxy takes out again
+for this client, who asked for none); direct and relayed streams carry no usage.
 
     .venv/bin/python benchmarks/proxy_latency.py            # defaults: about half a minute
     .venv/bin/python benchmarks/proxy_latency.py --rounds 3 --format json
@@ -132,7 +134,8 @@ def _bare_relay_process(upstream: str, ports) -> None:
 # -- the client ----------------------------------------------------------------------------------
 async def _stream(session: aiohttp.ClientSession, base: str, plan: dict) -> tuple[list[int], int]:
     """One streamed chat completion; returns per-chunk latencies (ns, if stamped) and the chunk count."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True, "standin": plan}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True,
+            "standin": {**plan, "continuous_usage": True}}
     latencies: list[int] = []
     chunks = 0
     async with session.post(base + "/v1/chat/completions", json=body) as response:
@@ -166,7 +169,7 @@ async def _latency(base: str, requests: int, tokens: int, interval_ms: float,
 async def _count_events(session: aiohttp.ClientSession, base: str, tokens: int) -> int:
     """One stream read as cheaply as possible (the client must not be the bottleneck): count events."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True,
-            "standin": {"tokens": tokens}}
+            "standin": {"tokens": tokens, "continuous_usage": True}}
     events, tail = 0, b""
     async with session.post(base + "/v1/chat/completions", json=body) as response:
         response.raise_for_status()
