@@ -8,27 +8,24 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+import infersight.listen
 from infersight.exposition import generate, without_created
+from infersight.listen import Listen
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``127.0.0.1:9835``; port 0 picks a free one); raise ValueError with a usable message."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9835")
-    if int(port) > 65535:
-        raise ValueError(f"--listen {listen!r}: the port must be between 0 and 65535")
-    return host.strip("[]"), int(port)
+def parse_listen(listen: str) -> Listen:
+    """``--listen HOST:PORT`` (``127.0.0.1:9835``; port 0 picks a free one); a ValueError says what is wrong."""
+    return infersight.listen.parse_listen(listen, what="--listen")
 
 
-def serve(registry: CollectorRegistry, listen: str) -> tuple[WSGIServer, threading.Thread]:
+def serve(registry: CollectorRegistry, listen: str | Listen) -> tuple[WSGIServer, threading.Thread]:
     """Serve ``registry`` on ``listen`` in a daemon thread; port 0 picks a free port.
 
     Returns the server (``server.server_port`` is the bound port; ``server.shutdown()`` stops it)
     and its thread.
     """
-    host, port = parse_listen(listen)
-    return start_http_server(port, addr=host, registry=without_created(registry))
+    address = listen if isinstance(listen, Listen) else parse_listen(listen)
+    return start_http_server(address.port, addr=address.host, registry=without_created(registry))
 
 
 class _Collected:

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infersight.capacity import GPU_PRESETS, GPUSpec, ModelSpec
+from infersight.listen import parse_listen
 
 DEFAULT_PATHS = ("infersight.yaml", "infersight.yml")
 ENV_VAR = "INFERSIGHT_CONFIG"
@@ -37,9 +38,7 @@ class Section(BaseModel):
 
 
 def _listen_address(value: str) -> str:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:9835")
+    parse_listen(value)
     return value
 
 

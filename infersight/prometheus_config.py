@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from infersight.config import Config
+from infersight.instances import instance_name
+from infersight.listen import parse_listen
 
 DURATION = re.compile(r"^[0-9]+(ms|s|m|h)$")
-WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "")
 
 
 class RenderError(ValueError):
@@ -59,14 +60,14 @@ def job_name(config: Config, component: str) -> str:
 
 
 def _target(listen: str, host: str | None) -> str:
-    bound, _sep, port = listen.rpartition(":")
+    address = parse_listen(listen)
     if host:
-        bound = host
-    elif bound in WILDCARD_HOSTS:
+        bound = host.strip("[]")
+    elif address.is_wildcard:
         bound = "127.0.0.1"  # bound to every address: Prometheus on this machine reaches it on loopback
-    if ":" in bound and not bound.startswith("["):
-        bound = f"[{bound}]"
-    return f"{bound}:{port}"
+    else:
+        bound = address.host
+    return instance_name(bound, address.port)
 
 
 def _reads(config: Config, component: str) -> str:

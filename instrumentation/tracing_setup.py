@@ -36,6 +36,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from prometheus_client import CollectorRegistry
 
 from infersight.instrumentation.sampling import HeadTailSampler
+from infersight.listen import parse_listen
 from infersight.signals import request
 
 log = logging.getLogger(__name__)
@@ -317,9 +318,7 @@ def _env_endpoint() -> str | None:
 def receiver_endpoint(listeners, protocol: str) -> str:
     """Our own receiver's URL from the config's ``listeners`` (a wildcard bind is reached on loopback)."""
     listen = listeners.otlp_grpc if protocol == "grpc" else listeners.otlp_http
-    host, _, port = listen.rpartition(":")
-    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
-    return f"http://{host}:{port}"
+    return f"http://{parse_listen(listen).dialable()}"
 
 
 def setup_tracing_from_config(tracing_config, service_name: str, *, registry: CollectorRegistry | None = None,

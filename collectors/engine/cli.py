@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from infersight.commands.output import FORMATS
+from infersight.listen import Listen
 
 EPILOG = """\
 targets come from engines.targets in the config, --target (repeatable) and a file_sd file
@@ -68,10 +69,10 @@ def run(args, config) -> int:
             return _once(collector, args.format)
         listen = args.listen or config.listeners.engine_exporter
         try:
-            parse_listen(listen)
+            address = parse_listen(listen)
         except ValueError as exc:
             return _fail(str(exc))
-        return _serve(collector, listen)
+        return _serve(collector, address)
     finally:
         collector.close()
 
@@ -96,7 +97,7 @@ def _once(collector, fmt: str) -> int:
     return 1 if failed or cycle.file_sd_error else 0
 
 
-def _serve(collector, listen: str) -> int:
+def _serve(collector, listen: Listen) -> int:
     from prometheus_client import CollectorRegistry
 
     from ..exporter import serve, wait_until_stopped
@@ -108,8 +109,7 @@ def _serve(collector, listen: str) -> int:
     except OSError as exc:
         return _fail(f"cannot listen on {listen}: {exc.strerror or exc} (is the port in use? pick another "
                      "with --listen)")
-    host = listen.rpartition(":")[0]
-    print(f"infersight: serving normalized engine metrics on http://{host}:{server.server_port}/metrics",
+    print(f"infersight: serving normalized engine metrics on http://{listen.with_port(server.server_port)}/metrics",
           file=sys.stderr, flush=True)
     try:
         wait_until_stopped()

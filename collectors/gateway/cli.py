@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from infersight.commands.output import FORMATS
+from infersight.listen import Listen
 
 EPILOG = """\
 targets come from gateways.targets in the config and --target (repeatable). KIND is one of auto,
@@ -65,10 +66,10 @@ def run(args, config) -> int:
             return _once(collector, args.format)
         listen = args.listen or config.listeners.gateway_exporter
         try:
-            parse_listen(listen)
+            address = parse_listen(listen)
         except ValueError as exc:
             return _fail(str(exc))
-        return _serve(collector, listen)
+        return _serve(collector, address)
     finally:
         collector.close()
 
@@ -90,7 +91,7 @@ def _once(collector, fmt: str) -> int:
     return 1 if failed else 0
 
 
-def _serve(collector, listen: str) -> int:
+def _serve(collector, listen: Listen) -> int:
     from infersight.collectors.exporter import serve, wait_until_stopped
 
     from .collector import build_registry
@@ -100,9 +101,8 @@ def _serve(collector, listen: str) -> int:
     except OSError as exc:
         return _fail(f"cannot listen on {listen}: {exc.strerror or exc} (is the port in use? pick another with "
                      "--listen)")
-    host = listen.rpartition(":")[0]
-    print(f"infersight: serving {len(collector.targets)} gateway source(s) on http://{host}:{server.server_port}"
-          "/metrics", file=sys.stderr, flush=True)
+    print(f"infersight: serving {len(collector.targets)} gateway source(s) on "
+          f"http://{listen.with_port(server.server_port)}/metrics", file=sys.stderr, flush=True)
     try:
         wait_until_stopped()
     finally:

@@ -18,6 +18,7 @@ from infersight.collectors.gpu.collector import build_registry
 from infersight.collectors.gpu.readings import Backend, DeviceDown, DeviceReading
 from infersight.collectors.gpu.sampler import Sampler, Snapshot
 from infersight.exposition import generate
+from infersight.listen import Listen
 
 
 class GPUExporter:
@@ -31,7 +32,7 @@ class GPUExporter:
         self._server = None
         self._otlp = None
 
-    def start(self, listen: str) -> int:
+    def start(self, listen: str | Listen) -> int:
         """Take a first sample, start sampling and serving; return the bound port."""
         self.sampler.sample_once()
         self._server, _thread = serve(self.registry, listen)

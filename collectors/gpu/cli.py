@@ -138,8 +138,8 @@ def _serve(exporter, args, config) -> int:
 
     listen = args.listen or config.listeners.gpu_exporter
     try:
-        parse_listen(listen)
-        port = exporter.start(listen)
+        address = parse_listen(listen)
+        port = exporter.start(address)
     except (ValueError, OSError) as exc:
         exporter.backend.close()
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -149,8 +149,8 @@ def _serve(exporter, args, config) -> int:
     endpoint = args.otlp_endpoint or config.gpus.otlp_endpoint
     if endpoint:
         exporter.push_otlp(endpoint, args.otlp_protocol or config.gpus.otlp_protocol, config.gpus.otlp_interval_seconds)
-    host = listen.rpartition(":")[0]
-    print(f"serving {len(exporter.sampler.devices)} GPUs ({exporter.backend.name}) on http://{host}:{port}/metrics",
+    print(f"serving {len(exporter.sampler.devices)} GPUs ({exporter.backend.name}) on "
+          f"http://{address.with_port(port)}/metrics",
           flush=True)
     try:
         wait_until_stopped()
@@ -236,15 +236,15 @@ def _dcgm_serve(collector, args, config) -> int:
 
     listen = args.listen or config.listeners.gpu_exporter
     try:
-        parse_listen(listen)
-        server, _thread = serve(build_registry(collector), listen)
+        address = parse_listen(listen)
+        server, _thread = serve(build_registry(collector), address)
     except (ValueError, OSError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         print(f"infersight collect gpu: cannot listen on {listen}: {reason} (pick another with --listen HOST:PORT)",
               file=sys.stderr)
         return 2
-    host = listen.rpartition(":")[0]
-    print(f"serving GPUs of {len(collector.sources)} dcgm-exporter(s) on http://{host}:{server.server_port}/metrics",
+    print(f"serving GPUs of {len(collector.sources)} dcgm-exporter(s) on "
+          f"http://{address.with_port(server.server_port)}/metrics",
           flush=True)
     try:
         wait_until_stopped()

@@ -57,12 +57,14 @@ def _fail(message: str, code: int) -> int:
 
 def run_render(args, config) -> int:
     from infersight.alerts.yamlout import dump
+    from infersight.listen import parse_listen
     from infersight.prometheus_config import RenderError, render
 
     for address in args.alertmanager:
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            return _fail(f"--alertmanager {address!r}: expected HOST:PORT, e.g. 127.0.0.1:9093", 2)
+        try:
+            parse_listen(address, what="--alertmanager", example="127.0.0.1:9093")
+        except ValueError as exc:
+            return _fail(str(exc), 2)
     if args.rules is not None and not (Path(args.rules) / "rules").is_dir():
         return _fail(f"--rules {args.rules}: no rules/ folder there; run `infersight alerts build --out "
                      f"{args.rules}` first", 2)

@@ -15,13 +15,7 @@ from infersight.instrumentation.proxy.deadlines import Timeouts
 from infersight.instrumentation.sampling import TailSampler
 from infersight.instrumentation.tracer import RequestTracer
 from infersight.instrumentation.tracing_setup import TracingSetupError, setup_tracing_from_config
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8081")
-    return host.strip("[]"), int(port)
+from infersight.listen import Listen, parse_listen
 
 
 def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool: str = "",
@@ -29,7 +23,7 @@ def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool:
         max_request_bytes: int = proxy_app.DEFAULT_MAX_REQUEST_BYTES, stream_usage: bool = True) -> int:
     """Serve until interrupted; returns the exit code. Bad arguments print a message and return 2."""
     try:
-        host, port = parse_listen(listen)
+        address = parse_listen(listen, what="--listen", example="127.0.0.1:8081")
         upstream_url = proxy_app.parse_upstream(upstream)
     except ValueError as exc:
         print(f"infersight proxy: {exc}", file=sys.stderr)
@@ -49,25 +43,25 @@ def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool:
                                      max_request_bytes=max_request_bytes, stream_usage=stream_usage)
     metrics_push = push_from_config(config.tracing, registry, service_name, provider_name)
     try:
-        return asyncio.run(_serve(context, host, port))
+        return asyncio.run(_serve(context, address))
     finally:
         tracing.shutdown()  # exports the spans still queued
         if metrics_push is not None:
             metrics_push.shutdown()  # one last push of the request metrics
 
 
-async def _serve(context: proxy_app.ProxyContext, host: str, port: int) -> int:
+async def _serve(context: proxy_app.ProxyContext, address: Listen) -> int:
     try:
-        runner, bound = await proxy_app.start(context, host, port)
+        runner, bound = await proxy_app.start(context, address.host, address.port)
     except OSError as exc:
-        print(f"infersight proxy: cannot listen on {host}:{port}: {exc.strerror or exc} "
+        print(f"infersight proxy: cannot listen on {address}: {exc.strerror or exc} "
               "(pick another --listen port, or stop what holds this one)", file=sys.stderr)
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    print(f"infersight proxy: listening on http://{host}:{bound} -> {context.upstream} "
+    print(f"infersight proxy: listening on http://{address.with_port(bound)} -> {context.upstream} "
           f"(metrics on /metrics)", flush=True)
     try:
         await stop.wait()

@@ -17,6 +17,7 @@ from pathlib import Path
 from aiohttp import web
 
 from infersight.config import Config
+from infersight.listen import Listen, parse_listen
 from infersight.pipelines.receiver.grpc_server import build_server
 from infersight.pipelines.receiver.http_server import build_app
 from infersight.pipelines.receiver.intake import Intake
@@ -32,11 +33,12 @@ class SetupError(Exception):
     """A configuration problem found while starting (unreadable token or TLS file, port in use ...)."""
 
 
-def split_listen(listen: str) -> tuple[str, int]:
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise SetupError(f"listen address {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:4318")
-    return host.strip("[]"), int(port)
+def split_listen(listen: str) -> Listen:
+    """:func:`~infersight.listen.parse_listen`, its error as a SetupError (the receiver's CLI reports those)."""
+    try:
+        return parse_listen(listen, example="127.0.0.1:4318")
+    except ValueError as exc:
+        raise SetupError(str(exc)) from None
 
 
 class Receiver:
@@ -72,8 +74,8 @@ class Receiver:
         self._runner = web.AppRunner(build_app(self.intake, p.max_body_bytes), access_log=None,
                                      auto_decompress=False)
         await self._runner.setup()
-        host, port = split_listen(self.http_listen)
-        site = web.TCPSite(self._runner, host, port, ssl_context=tls[0] if tls else None)
+        http = split_listen(self.http_listen)
+        site = web.TCPSite(self._runner, http.host, http.port, ssl_context=tls[0] if tls else None)
         try:
             await site.start()
         except OSError as exc:
@@ -168,8 +170,8 @@ async def serve_forever(receiver: Receiver, ports_file: str | None = None) -> No
         tmp = Path(f"{ports_file}.tmp")
         tmp.write_text(json.dumps(ports))
         tmp.replace(ports_file)
-    print(f"infersight receive: OTLP/HTTP on {split_listen(receiver.http_listen)[0]}:{ports['http']} "
-          f"(/v1/traces, /metrics), OTLP/gRPC on {split_listen(receiver.grpc_listen)[0]}:{ports['grpc']}, "
+    print(f"infersight receive: OTLP/HTTP on {split_listen(receiver.http_listen).with_port(ports['http'])} "
+          f"(/v1/traces, /metrics), OTLP/gRPC on {split_listen(receiver.grpc_listen).with_port(ports['grpc'])}, "
           f"into {receiver.sink.dsn}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
