@@ -25,3 +25,23 @@ def test_wheel_maps_component_folders(tmp_path):
                     "infersight/dashboards/__init__.py", "infersight/alerts/__init__.py"):
         assert package in names, sorted(names)[:20]
     assert not any(name.startswith(("collectors/", "tests/")) for name in names)
+
+
+def test_every_dependency_is_pinned_in_the_lock_file():
+    """`make venv` installs through constraints.txt; a dependency missing there would float to any version."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not NAME==VERSION"
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    for requirement in requirements:
+        name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9._-]+", requirement).group()).lower()
+        assert name in pins, f"{requirement} (pyproject.toml) has no pin in constraints.txt: run `make lock`"
+    for name in ("pip", "setuptools", "wheel"):  # the Makefile upgrades these through the lock too
+        assert name in pins
