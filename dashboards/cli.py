@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import urllib.parse
 
 from infersight.commands.output import add_format_flag
 
@@ -38,7 +37,7 @@ def run_build(args, config) -> int:
     from infersight.alerts.limits import AlertsConfigError
     from infersight.commands.output import render
     from infersight.dashboards.build import build
-    from infersight.dashboards.datasources import PASSWORD_ENV, ProvisioningError
+    from infersight.dashboards.datasources import PASSWORD_ENV, ProvisioningError, clickhouse_user
 
     try:
         written = build(config, args.out, args.dashboards_path)
@@ -48,7 +47,7 @@ def run_build(args, config) -> int:
         return _fail(f"cannot write to {args.out}: {exc.strerror or exc}", 1)
     rows = [{"path": str(w.path), "kind": w.kind, "title": w.title, "panels": w.panels} for w in written]
     print(render(rows, args.format, ["path", "kind", "title", "panels"]))
-    if not urllib.parse.urlsplit(config.clickhouse.dsn).username:
+    if clickhouse_user(config.clickhouse.dsn) is None:
         print(f"note: Grafana logs in as the reader of `infersight up`; set ${PASSWORD_ENV} to its password "
               f"(in {config.clickhouse.data_dir}/credentials.json)", file=sys.stderr)
     else:

@@ -19,6 +19,8 @@ from pathlib import Path
 import yaml
 
 from infersight.config import Config
+from infersight.dsn import Dsn, DsnError
+from infersight.dsn import parse as parse_dsn
 
 PROMETHEUS_UID = "infersight-prometheus"
 CLICKHOUSE_UID = "infersight-clickhouse"
@@ -41,32 +43,38 @@ class ProvisioningError(ValueError):
     """A config value Grafana cannot use as a datasource; the message says what to set instead."""
 
 
+def _parse(dsn: str) -> Dsn:
+    try:
+        return parse_dsn(dsn, must_exist=False)
+    except DsnError as exc:
+        raise ProvisioningError(f"clickhouse.dsn: {exc}") from None
+
+
 def clickhouse_database(dsn: str) -> str:
-    """The database named by an ``http(s)://host:port/db`` DSN (``default`` when none)."""
-    return urllib.parse.urlsplit(dsn).path.strip("/").split("/")[0] or "default"
+    """The database a ClickHouse DSN names (``default`` when none)."""
+    return _parse(dsn).database
+
+
+def clickhouse_user(dsn: str) -> str | None:
+    """The user a ClickHouse DSN names, or None (then Grafana logs in as the embedded store's reader)."""
+    return _parse(dsn).user
 
 
 def _clickhouse(dsn: str) -> dict:
-    parts = urllib.parse.urlsplit(dsn)
-    if parts.scheme not in ("http", "https"):
+    parsed = _parse(dsn)
+    if not parsed.is_http:
         raise ProvisioningError(
             f"clickhouse.dsn {dsn!r} is not an HTTP endpoint Grafana can reach (chdb:// is an in-process engine); "
             "run 'infersight up' and set clickhouse.dsn to its URL, e.g. http://127.0.0.1:8123/default")
-    try:
-        port = parts.port or (8443 if parts.scheme == "https" else 8123)
-    except ValueError:
-        raise ProvisioningError(f"clickhouse.dsn {dsn!r} has an invalid port") from None
-    if not parts.hostname:
-        raise ProvisioningError(f"clickhouse.dsn {dsn!r} has no host; e.g. http://127.0.0.1:8123/default")
-    json_data = {"host": parts.hostname, "port": port, "protocol": "http", "secure": parts.scheme == "https",
-                 "defaultDatabase": clickhouse_database(dsn)}
+    json_data = {"host": parsed.host, "port": parsed.port, "protocol": "http", "secure": parsed.scheme == "https",
+                 "defaultDatabase": parsed.database}
     source = {"name": CLICKHOUSE_NAME, "uid": CLICKHOUSE_UID, "type": CLICKHOUSE_PLUGIN, "editable": False,
               "jsonData": json_data}
     # Grafana only reads: without a user in the DSN it is the embedded store's read-only reader
     # (DESIGN 11). The password never goes into the file: Grafana reads it from the environment.
     from infersight.pipelines.clickhouse_users import READER, USERS
 
-    json_data["username"] = urllib.parse.unquote(parts.username) if parts.username else USERS[READER]
+    json_data["username"] = parsed.user or USERS[READER]
     source["secureJsonData"] = {"password": f"${{{PASSWORD_ENV}}}"}
     return source
 
