@@ -25,6 +25,21 @@ GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"  # s
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"  # part of input_tokens
 GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"  # part of output_tokens
 
+# Read, never written, by infersight: other producers' names for facts we name above. The schema's
+# materialized columns fall back to them, so an engine that traces itself fills the same columns.
+# vLLM's own request span (``--otlp-traces-endpoint``; vllm-project/vllm ``vllm/tracing/utils.py``
+# SpanAttributes, set in ``vllm/v1/engine/output_processor.py`` do_tracing, 0.32): the GenAI names of
+# before input/output tokens, and latencies in seconds as floats (ours are milliseconds).
+VLLM_SPAN_NAME = "llm_request"
+GEN_AI_USAGE_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"  # deprecated GenAI name of input_tokens
+GEN_AI_USAGE_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"  # deprecated GenAI name of output_tokens
+GEN_AI_REQUEST_ID = "gen_ai.request.id"  # vLLM's request id ("chatcmpl-<X-Request-Id>")
+GEN_AI_LATENCY_TTFT_S = "gen_ai.latency.time_to_first_token"  # arrival to first token
+GEN_AI_LATENCY_E2E_S = "gen_ai.latency.e2e"
+GEN_AI_LATENCY_QUEUE_S = "gen_ai.latency.time_in_queue"  # queued to first scheduled
+GEN_AI_LATENCY_PREFILL_S = "gen_ai.latency.time_in_model_prefill"
+GEN_AI_LATENCY_DECODE_S = "gen_ai.latency.time_in_model_decode"  # first token to last token
+
 # Request outcome and timing (milliseconds as floats; Duration of the span is the e2e time).
 REQUEST_OUTCOME = "llm.request.outcome"  # an Outcome value
 REQUEST_ID = "llm.request.id"  # the gateway's request id (also carried as the W3C trace id)

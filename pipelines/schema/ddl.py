@@ -57,21 +57,43 @@ def span_attr(key: str) -> str:
 REQUEST_SPAN = f"mapContains(SpanAttributes, {literal(attr.REQUEST_OUTCOME)})"
 TOKEN_OFFSETS = f"JSONExtract({span_attr(attr.TOKEN_OFFSETS_US)}, 'Array(UInt64)')"
 
+def _number(key: str) -> str:
+    return f"toFloat64OrNull({span_attr(key)})"
+
+
+def _count(*keys: str) -> str:
+    """The first of ``keys`` that holds a count, else 0."""
+    return "coalesce(" + "".join(f"toUInt32OrNull({span_attr(key)}), " for key in keys) + "0)"
+
+
+def _ms(ours_ms: str, theirs_s: str) -> str:
+    """Our milliseconds, else another writer's seconds (vLLM's ``gen_ai.latency.*`` floats) in milliseconds."""
+    return f"coalesce({_number(ours_ms)}, {_number(theirs_s)} * 1000)"
+
+
+# vLLM's span has no TPOT; its decode time over the tokens after the first is vLLM's own per-request
+# TPOT (vllm/v1/metrics/stats.py: decode_time / (num_generation_tokens - 1)); undefined for one token.
+_VLLM_COMPLETION = _count(attr.GEN_AI_USAGE_COMPLETION_TOKENS)
+_VLLM_TPOT_MS = (f"if({_VLLM_COMPLETION} > 1, "
+                 f"{_number(attr.GEN_AI_LATENCY_DECODE_S)} * 1000 / ({_VLLM_COMPLETION} - 1), NULL)")
+
 # Hot attributes promoted to typed columns: (column, type, expression over SpanAttributes).
 # Milliseconds stay Float64 as the instrumentation writes them; a missing value is NULL, so
-# quantiles skip it instead of counting it as 0.
+# quantiles skip it instead of counting it as 0. Timing and token columns read our names first, then
+# the names other writers use for the same fact (vLLM's own spans, the GenAI conventions' cache
+# name), so a fleet that only turns on its engines' tracing gets them filled (schema version 6).
 PROMOTED_COLUMNS = (
     ("Outcome", "LowCardinality(String)", span_attr(attr.REQUEST_OUTCOME)),
     ("Model", "LowCardinality(String)", span_attr(attr.GEN_AI_REQUEST_MODEL)),
     ("Instance", "LowCardinality(String)", span_attr(attr.INSTANCE)),
     ("Pool", "LowCardinality(String)", span_attr(attr.POOL)),
     ("Strategy", "LowCardinality(String)", span_attr(attr.ROUTING_STRATEGY)),
-    ("TtftMs", "Nullable(Float64)", f"toFloat64OrNull({span_attr(attr.TTFT_MS)})"),
-    ("TpotMs", "Nullable(Float64)", f"toFloat64OrNull({span_attr(attr.TPOT_MS)})"),
-    ("QueueMs", "Nullable(Float64)", f"toFloat64OrNull({span_attr(attr.QUEUE_MS)})"),
-    ("InputTokens", "UInt32", f"toUInt32OrZero({span_attr(attr.GEN_AI_USAGE_INPUT_TOKENS)})"),
-    ("OutputTokens", "UInt32", f"toUInt32OrZero({span_attr(attr.GEN_AI_USAGE_OUTPUT_TOKENS)})"),
-    ("CachedInputTokens", "UInt32", f"toUInt32OrZero({span_attr(attr.CACHED_INPUT_TOKENS)})"),
+    ("TtftMs", "Nullable(Float64)", _ms(attr.TTFT_MS, attr.GEN_AI_LATENCY_TTFT_S)),
+    ("TpotMs", "Nullable(Float64)", f"coalesce({_number(attr.TPOT_MS)}, {_VLLM_TPOT_MS})"),
+    ("QueueMs", "Nullable(Float64)", _ms(attr.QUEUE_MS, attr.GEN_AI_LATENCY_QUEUE_S)),
+    ("InputTokens", "UInt32", _count(attr.GEN_AI_USAGE_INPUT_TOKENS, attr.GEN_AI_USAGE_PROMPT_TOKENS)),
+    ("OutputTokens", "UInt32", _count(attr.GEN_AI_USAGE_OUTPUT_TOKENS, attr.GEN_AI_USAGE_COMPLETION_TOKENS)),
+    ("CachedInputTokens", "UInt32", _count(attr.CACHED_INPUT_TOKENS, attr.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)),
     ("RetryAttempt", "Nullable(UInt16)", f"toUInt16OrNull({span_attr(attr.RETRY_ATTEMPT)})"),
     # The longest inter-token gap: the instrumentation's summary when present, else computed from the
     # kept timeline, so rows written by the plain OTel Collector get it too.
@@ -135,6 +157,26 @@ def deduplication_window(opts: SchemaOptions) -> list[str]:
         return []  # Replicated engines deduplicate already
     return [f"ALTER TABLE {opts.table(name)} MODIFY SETTING non_replicated_deduplication_window = {DEDUP_WINDOW}"
             for name in DEDUP_TABLES]
+
+
+# The promoted columns whose expressions schema version 6 changed (they read other writers' names too).
+FALLBACK_COLUMNS = ("TtftMs", "TpotMs", "QueueMs", "InputTokens", "OutputTokens", "CachedInputTokens")
+
+
+def fallback_columns(opts: SchemaOptions) -> list[str]:
+    """Version 6: ``MODIFY COLUMN`` the timing and token columns to their current expressions.
+
+    Only the expression changes, so ClickHouse rewrites no data and the statement is instant and
+    idempotent. A materialized column is computed when a part is written: parts stored before keep
+    the values they had (a vLLM span stored earlier keeps a NULL TTFT) until someone rewrites them with
+    ``ALTER TABLE otel_traces MATERIALIZE COLUMN TtftMs`` (a mutation over every part: heavy, optional).
+    On a cluster the shards' tables and the Distributed table get the same definition.
+    """
+    definitions = {name: (kind, expr) for name, kind, expr in PROMOTED_COLUMNS}
+    modify = ",\n".join(f"    MODIFY COLUMN {name} {definitions[name][0]} MATERIALIZED {definitions[name][1]}"
+                         for name in FALLBACK_COLUMNS)
+    tables = [opts.table(TRACES, local=True)] + ([opts.table(TRACES)] if opts.cluster else [])
+    return [f"ALTER TABLE {table}{opts.on_cluster}\n{modify}" for table in tables]
 
 
 def create_database(opts: SchemaOptions) -> str:

@@ -1,10 +1,11 @@
 """Versioned, idempotent schema migrations.
 
 Each migration is a version, a name and the statements that build it. Every statement is
-``IF NOT EXISTS`` or an ``ALTER ... MODIFY SETTING``, so a migration interrupted half-way simply
-runs again; the applied versions are recorded in ``infersight_schema_migrations`` so later runs
-skip them. Retention (TTL) comes from the config and is reconciled on every run: changing
-``clickhouse.retention`` and running ``infersight db migrate`` again alters the TTL of existing tables.
+``IF NOT EXISTS``, an ``ALTER ... MODIFY SETTING`` or an ``ALTER ... MODIFY COLUMN`` to a definition,
+so a migration interrupted half-way simply runs again; the applied versions are recorded in
+``infersight_schema_migrations`` so later runs skip them. Retention (TTL) comes from the config and is
+reconciled on every run: changing ``clickhouse.retention`` and running ``infersight db migrate`` again
+alters the TTL of existing tables.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ MIGRATIONS = (
     Migration(4, "insert deduplication window, so retried batches are stored once", ddl.deduplication_window),
     Migration(5, "token timelines stored once per request (llm_token_timelines); llm_token_events a view over them",
               ddl.token_events_upgrade, run=_token_timelines_upgrade),
+    Migration(6, "timing and token columns also read vLLM's own span attributes and the GenAI cache name",
+              ddl.fallback_columns),
 )
 
 # Table -> (TTL expression, retention field) for reconciling retention with the config.

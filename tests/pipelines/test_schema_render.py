@@ -18,9 +18,10 @@ def test_single_server_uses_plain_engines_and_public_names():
     assert "ON CLUSTER" not in text and "Replicated" not in text and "Distributed" not in text
     assert "_local" not in text
     assert "CREATE TABLE IF NOT EXISTS `obs`.`otel_traces` (" in text
-    # Every statement can run twice: CREATE ... IF NOT EXISTS, DROP ... IF EXISTS, or an ALTER that only sets a setting.
+    # Every statement can run twice: CREATE ... IF NOT EXISTS, DROP ... IF EXISTS, or an ALTER that only sets a
+    # setting or a column's whole definition.
     assert all("IF NOT EXISTS" in s or s.startswith("DROP TABLE IF EXISTS")
-               or (s.startswith("ALTER TABLE") and "MODIFY SETTING" in s) for s in statements)
+               or (s.startswith("ALTER TABLE") and ("MODIFY SETTING" in s or "MODIFY COLUMN" in s)) for s in statements)
 
 
 def test_cluster_rendering():
@@ -30,8 +31,12 @@ def test_cluster_rendering():
     assert tables and all(re.search(r"ENGINE = Replicated\w*MergeTree\('/clickhouse/tables/\{shard\}/obs/", s)
                           for s in tables)
     for name in (ddl.TRACES, ddl.TRACE_ID_TS, ddl.TOKEN_TIMELINES, ddl.REQUESTS_1M):
-        distributed = [s for s in statements if f"`obs`.`{name}` ON CLUSTER" in s]
+        distributed = [s for s in statements if s.startswith(f"CREATE TABLE IF NOT EXISTS `obs`.`{name}` ON CLUSTER")]
         assert len(distributed) == 1 and f"ENGINE = Distributed('llm', 'obs', '{name}_local'" in distributed[0]
+    # Version 6 gives the shards' tables and the Distributed one the same column expressions.
+    altered = [s.split("\n")[0] for s in statements if s.startswith("ALTER TABLE") and "MODIFY COLUMN TtftMs" in s]
+    assert altered == ["ALTER TABLE `obs`.`otel_traces_local` ON CLUSTER `llm`",
+                       "ALTER TABLE `obs`.`otel_traces` ON CLUSTER `llm`"]
     views = [s for s in statements if "MATERIALIZED VIEW" in s]
     assert len(views) == 3
     # Materialized views read and write the per-shard tables: each shard explodes its own inserts.
