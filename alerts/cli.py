@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
+
+from infersight.commands.output import add_format_flag, fail, writing_into
 
 
 def register(subparsers) -> None:
@@ -26,26 +29,19 @@ def register(subparsers) -> None:
 
     listing = sub.add_parser("list", help="list the alerts with severity, signal and summary",
                              description="The alerts the current config produces.")
-    listing.add_argument("--format", choices=("table", "json", "csv"), default="table",
-                         help="output format (default: table); json and csv are for scripts")
+    add_format_flag(listing)
     listing.set_defaults(func=run_list)
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"infersight alerts: {message}", file=sys.stderr)
-    return code
+_fail = functools.partial(fail, "alerts")
 
 
 def run_build(args, config) -> int:
     from infersight.alerts.build import build
     from infersight.alerts.limits import AlertsConfigError
 
-    try:
+    with writing_into("alerts", args.out, AlertsConfigError):
         built = build(config, args.out)
-    except AlertsConfigError as exc:
-        return _fail(str(exc), 2)
-    except OSError as exc:
-        return _fail(f"cannot write to {args.out}: {exc.strerror or exc}", 1)
     print(f"wrote {len(built.rule_files)} rule files ({built.alert_count} alerts, {built.recording_count} "
           f"recording rules), {len(built.test_files)} promtool test files and alertmanager.yml to {built.out}")
     am = config.alertmanager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from infersight.commands.output import add_format_flag
+from infersight.commands.output import add_format_flag, writing_into
 
 
 def register(subparsers) -> None:
@@ -28,23 +28,14 @@ def register(subparsers) -> None:
     build.set_defaults(func=run_build)
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"infersight dashboards: {message}", file=sys.stderr)
-    return code
-
-
 def run_build(args, config) -> int:
     from infersight.alerts.limits import AlertsConfigError
     from infersight.commands.output import render
     from infersight.dashboards.build import build
     from infersight.dashboards.datasources import PASSWORD_ENV, ProvisioningError, clickhouse_user
 
-    try:
+    with writing_into("dashboards", args.out, AlertsConfigError, ProvisioningError):
         written = build(config, args.out, args.dashboards_path)
-    except (AlertsConfigError, ProvisioningError) as exc:
-        return _fail(str(exc), 2)
-    except OSError as exc:
-        return _fail(f"cannot write to {args.out}: {exc.strerror or exc}", 1)
     rows = [{"path": str(w.path), "kind": w.kind, "title": w.title, "panels": w.panels} for w in written]
     print(render(rows, args.format, ["path", "kind", "title", "panels"]))
     if clickhouse_user(config.clickhouse.dsn) is None:

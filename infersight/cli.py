@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from infersight import __version__
+from infersight.commands.output import CommandFailed, fail
 from infersight.config import ConfigError, load_config
 
 # Order here is the order in `infersight --help`.
@@ -71,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"infersight: {exc}", file=sys.stderr)
         return 2
+    except CommandFailed as exc:
+        return fail(exc.command, str(exc), exc.code)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from infersight.commands.output import fail
 from infersight.config import Config
 
 FORMATS = ("promtool", "openmetrics")
@@ -43,9 +45,7 @@ def _builtin_names() -> list[str]:
     return list(builtin())
 
 
-def _fail(message: str, code: int = 2) -> int:
-    print(f"infersight simulate: {message}", file=sys.stderr)
-    return code
+_fail = functools.partial(fail, "simulate")
 
 
 def _progress(quiet: bool):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
-from infersight.commands.output import FORMATS
+from infersight.commands.output import FORMATS, Format, add_format_flag, fail
 from infersight.listen import Listen
 
 EPILOG = """\
@@ -38,9 +39,9 @@ def register(subparsers) -> None:
                                                               "(default: engines.max_bytes, 8 MiB)")
     p.add_argument("--once", action="store_true",
                    help="run one collection cycle, print it and exit (1 if any target or the file_sd file failed)")
-    p.add_argument("--format", choices=("prom", *FORMATS), default="prom",
-                   help="with --once: prom prints the normalized exposition; table, json and csv print "
-                        "one status row per target (default: prom)")
+    add_format_flag(p, Format.PROMETHEUS, (Format.PROMETHEUS, *FORMATS),
+                    help="with --once: prometheus prints the normalized exposition (prom, its old name, still "
+                         "works); table, json and csv print one status row per target (default: prometheus)")
     p.set_defaults(func=run)
 
 
@@ -85,7 +86,7 @@ def _once(collector, fmt: str) -> int:
     cycle = collector.run_cycle()
     if cycle.file_sd_error:
         print(f"infersight: file_sd: {cycle.file_sd_error}", file=sys.stderr)
-    if fmt == "prom":
+    if fmt == Format.PROMETHEUS:
         sys.stdout.write(exposition_of(cycle.families))
     else:
         print(render([r.row() for r in cycle.results], fmt,
@@ -119,6 +120,4 @@ def _serve(collector, listen: Listen) -> int:
     return 0
 
 
-def _fail(message: str) -> int:
-    print(f"infersight: collect engine: {message}", file=sys.stderr)
-    return 2
+_fail = functools.partial(fail, "collect engine")

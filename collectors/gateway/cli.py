@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
-from infersight.commands.output import FORMATS
+from infersight.commands.output import FORMATS, Format, add_format_flag, fail
 from infersight.listen import Listen
 
 EPILOG = """\
@@ -35,15 +36,13 @@ def register(subparsers) -> None:
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per-target scrape timeout (default: gateways.timeout_seconds, 2)")
     p.add_argument("--once", action="store_true", help="scrape once, print and exit (1 if a target failed)")
-    p.add_argument("--format", choices=("prom", *FORMATS), default="prom",
-                   help="with --once: prom prints the normalized exposition; table, json and csv one row per "
-                        "target (default: prom)")
+    add_format_flag(p, Format.PROMETHEUS, (Format.PROMETHEUS, *FORMATS),
+                    help="with --once: prometheus prints the normalized exposition (prom, its old name, still "
+                         "works); table, json and csv one row per target (default: prometheus)")
     p.set_defaults(func=run)
 
 
-def _fail(message: str) -> int:
-    print(f"infersight: collect gateway: {message}", file=sys.stderr)
-    return 2
+_fail = functools.partial(fail, "collect gateway")
 
 
 def run(args, config) -> int:
@@ -79,7 +78,7 @@ def _once(collector, fmt: str) -> int:
     from infersight.commands.output import render
 
     results = collector.scrape()
-    if fmt == "prom":
+    if fmt == Format.PROMETHEUS:
         sys.stdout.write(exposition_of(collector.families(results)))
     else:
         print(render([r.row() for r in results], fmt, ["source", "kind", "up", "series", "seconds", "error",

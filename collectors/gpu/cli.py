@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from infersight.capacity import GPU_PRESETS
+from infersight.commands.output import FORMATS, Format, add_format_flag
 
-ONCE_FORMATS = ("prometheus", "table", "json", "csv")
 EXAMPLES = """\
 examples:
   infersight collect gpu                                  # NVML, serve /metrics on 127.0.0.1:9835
@@ -36,8 +36,8 @@ def register(subparsers) -> None:
                    help="where to serve /metrics (default: listeners.gpu_exporter, 127.0.0.1:9835; port 0 "
                         "picks a free port)")
     p.add_argument("--once", action="store_true", help="sample (twice, one interval apart), print and exit")
-    p.add_argument("--format", choices=ONCE_FORMATS, default="prometheus",
-                   help="output of --once (default: prometheus exposition text)")
+    add_format_flag(p, Format.PROMETHEUS, (Format.PROMETHEUS, *FORMATS),
+                    help="output of --once (default: prometheus exposition text; prom is accepted too)")
     p.add_argument("--node", help="the node label (default: gpus.node, else the host name; with dcgm, the "
                                   "exporter's hostname label)")
     p.add_argument("--interval", type=float, metavar="SECONDS",
@@ -123,7 +123,7 @@ def _once(exporter, fmt: str) -> int:
 
     try:
         exporter.sample_window()
-        print(exporter.exposition() if fmt == "prometheus" else render(exporter.rows(), fmt))
+        print(exporter.exposition() if fmt == Format.PROMETHEUS else render(exporter.rows(), fmt))
     finally:
         exporter.backend.close()
     down = [row["gpu"] for row in exporter.rows() if not row["up"]]
@@ -214,7 +214,7 @@ def _dcgm_once(collector, fmt: str) -> int:
     from infersight.commands.output import render
 
     results = collector.scrape()
-    if fmt == "prometheus":
+    if fmt == Format.PROMETHEUS:
         sys.stdout.write(exposition(collector, results))
     else:
         print(render(collector.rows(), fmt, DCGM_COLUMNS))

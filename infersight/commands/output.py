@@ -1,4 +1,4 @@
-"""Shared output helpers: aligned tables for terminals, JSON and CSV for scripts."""
+"""Shared output helpers: aligned tables for terminals, JSON and CSV for scripts, and failing with a message."""
 
 from __future__ import annotations
 
@@ -7,16 +7,46 @@ import datetime as dt
 import io
 import json
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-FORMATS = ("table", "json", "csv")
+
+class Format(StrEnum):
+    """The commands' ``--format`` values, one name each (``simulate`` writes series files, its own kind)."""
+
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+    YAML = "yaml"
+    PROMETHEUS = "prometheus"  # the Prometheus text exposition, as /metrics serves it
 
 
-def add_format_flag(parser, default: str = "table", choices: tuple[str, ...] = FORMATS) -> None:
-    parser.add_argument("--format", choices=choices, default=default,
-                        help=f"output format (default: {default}); json and csv are for scripts")
+# Rows of a result: what :func:`render` writes.
+FORMATS = (Format.TABLE, Format.JSON, Format.CSV)
+# Old names still accepted, each with a note naming the one to use.
+ALIASES = {"prom": Format.PROMETHEUS}
+
+
+def _format_name(value: str) -> str:
+    canonical = ALIASES.get(value)
+    if canonical is None:
+        return value
+    print(f"note: --format {value} is deprecated; use --format {canonical}", file=sys.stderr)
+    return canonical.value
+
+
+def add_format_flag(parser, default: Format = Format.TABLE, choices: Sequence[Format] = FORMATS,
+                    help: str | None = None) -> None:
+    """``--format`` with ``choices``; an old name from :data:`ALIASES` maps to its canonical one."""
+    scripts = [f.value for f in choices if f in (Format.JSON, Format.CSV)]
+    parser.add_argument("--format", type=_format_name, choices=[f.value for f in choices], default=default.value,
+                        help=help or (f"output format (default: {default.value})"
+                                      + (f"; {' and '.join(scripts)} {'are' if len(scripts) > 1 else 'is'} for "
+                                         "scripts" if scripts else "")))
 
 
 def render(rows: Sequence[Mapping[str, Any]], fmt: str, columns: Sequence[str] | None = None) -> str:
@@ -78,3 +108,29 @@ def _utc(at: dt.datetime) -> str:
         at = at.astimezone(dt.UTC).replace(tzinfo=None)
     text = at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if at.microsecond else at.strftime("%Y-%m-%d %H:%M:%S")
     return text + "Z"
+
+
+def fail(command: str, message: str, code: int = 2) -> int:
+    """Say on stderr what is wrong (``infersight COMMAND: MESSAGE``); return the exit code (2: bad input, 1: failed)."""
+    print(f"infersight {command}: {message}", file=sys.stderr)
+    return code
+
+
+class CommandFailed(Exception):
+    """Stops a command: ``infersight.cli.main`` prints it as :func:`fail` does and exits with ``code``."""
+
+    def __init__(self, command: str, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.command = command
+        self.code = code
+
+
+@contextmanager
+def writing_into(command: str, out: str | Path, *config_errors: type[Exception]) -> Iterator[None]:
+    """Around a build that writes into ``out``: a config error stops it with exit 2, a write error with 1."""
+    try:
+        yield
+    except config_errors as exc:
+        raise CommandFailed(command, str(exc), 2) from None
+    except OSError as exc:
+        raise CommandFailed(command, f"cannot write to {out}: {exc.strerror or exc}", 1) from None

@@ -8,6 +8,7 @@ import sys
 from infersight import __version__
 from infersight.capacity import GPU_PRESETS, CapacityPlan, human_bytes, plan
 from infersight.commands.arguments import float_range, int_range
+from infersight.commands.output import Format, add_format_flag
 from infersight.config import Config
 
 
@@ -21,7 +22,7 @@ def register(subparsers) -> None:
                    help="context length per request, prompt + output (default: capacity.context_tokens)")
     p.add_argument("--rate", type=float_range(0.0, 100_000.0, low_open=True, what="tokens/s"), metavar="TOK_PER_S",
                    help="per-request decode rate target (default: capacity.target_tokens_per_s)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_format_flag(p, choices=(Format.TABLE, Format.JSON))
     p.set_defaults(func=run_plan)
 
     v = subparsers.add_parser("version", help="print the version")

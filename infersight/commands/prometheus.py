@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
 import tempfile
 from pathlib import Path
+
+from infersight.commands.output import Format, add_format_flag, fail
 
 EPILOG = """\
 jobs: gpu (listeners.gpu_exporter), engine (listeners.engine_exporter; by default only when engines
@@ -44,15 +47,13 @@ def register(subparsers) -> None:
     render.add_argument("--alertmanager", action="append", default=[], metavar="HOST:PORT",
                         help="send alerts to this Alertmanager (repeatable)")
     render.add_argument("--out", metavar="FILE", help="write here instead of printing")
-    render.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    add_format_flag(render, Format.YAML, (Format.YAML, Format.JSON), help="yaml (default) or json")
     render.add_argument("--check", action="store_true", help="then run `promtool check config` on the result "
                                                              "(it checks the rule files too)")
     render.set_defaults(func=run_render)
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"infersight prometheus render: {message}", file=sys.stderr)
-    return code
+_fail = functools.partial(fail, "prometheus render")
 
 
 def run_render(args, config) -> int:

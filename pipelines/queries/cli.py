@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from infersight.attributes import Outcome
 from infersight.commands.arguments import comma_list, enum_values, float_range, int_range, joined
-from infersight.commands.output import OutputError, add_format_flag, output_folder, render
+from infersight.commands.output import Format, OutputError, add_format_flag, output_folder, render
 from infersight.pipelines.queries.library import GROUP_COLUMNS, PERCENTILE_METRICS, SORT_COLUMNS
 
 TRACE_ID_RE = re.compile(r"^[0-9a-fA-F]{32}$")
@@ -104,7 +104,7 @@ def register(subparsers) -> None:
     report.add_argument("--prometheus", help="Prometheus URL (default: prometheus.url; 'none' to skip)")
     report.add_argument("--grafana", metavar="URL",
                         help="Grafana base URL: trace ids link to its trace view (default: grafana.url)")
-    add_format_flag(report, choices=("table", "json"))
+    add_format_flag(report, choices=(Format.TABLE, Format.JSON))
     report.set_defaults(func=_guarded(run_report))
 
 

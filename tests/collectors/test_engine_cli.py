@@ -32,6 +32,22 @@ def test_once_prints_the_normalized_exposition(server, capsys):
     assert not any(name.startswith("vllm:") for name in names)
 
 
+def test_prometheus_is_the_format_name_and_prom_its_deprecated_alias(server, capsys):
+    # One name across the collectors (collect gpu said prometheus, engine and gateway prom): the old one still works.
+    target = ["collect", "engine", "--target", f"vllm={server.url('/metrics')}", "--once"]
+    assert main([*target, "--format", "prometheus"]) == 0
+    canonical = capsys.readouterr()
+    assert main([*target, "--format", "prom"]) == 0
+    alias = capsys.readouterr()
+    assert {s.name for f in text_string_to_metric_families(alias.out) for s in f.samples} == \
+        {s.name for f in text_string_to_metric_families(canonical.out) for s in f.samples}
+    assert "--format prom is deprecated; use --format prometheus" in alias.err and "deprecated" not in canonical.err
+    with pytest.raises(SystemExit):
+        main([*target, "--format", "promql"])
+    err = capsys.readouterr().err  # the alias works but is not advertised
+    assert "invalid choice: 'promql'" in err and "prometheus" in err and "'prom'" not in err
+
+
 def test_once_json_status_and_exit_code_on_failure(server, capsys):
     rc = main(["collect", "engine", "--target", server.url("/metrics"), "--target", "sglang=http://127.0.0.1:1/metrics",
                "--once", "--format", "json", "--timeout", "1"])

@@ -17,6 +17,13 @@ from infersight.cli import main
 SIM_ONCE = ["collect", "gpu", "--backend", "sim", "--once", "--interval", "0.05", "--node", "n7"]
 
 
+def test_once_prom_is_accepted_as_the_old_name_of_prometheus(capsys):
+    assert main([*SIM_ONCE, "--sim-count", "1", "--format", "prom"]) == 0
+    captured = capsys.readouterr()
+    assert "gpu_up" in {f.name for f in text_string_to_metric_families(captured.out)}
+    assert "use --format prometheus" in captured.err
+
+
 def test_once_json_reflects_the_simulated_load(capsys):
     assert main([*SIM_ONCE, "--sim-count", "3", "--sim-load", "0.2,0.7", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
