@@ -99,14 +99,17 @@ class CountingExporter(SpanExporter):
     ``infersight_tracing_spans_dropped_total{reason="export_failed"}``.
     """
 
-    def __init__(self, inner: SpanExporter, on_failed, target: str = "the collector") -> None:
+    def __init__(self, inner: SpanExporter, on_failed, target: str = "the collector", on_taken=None) -> None:
         self.inner = inner
         self._on_failed = on_failed
+        self._on_taken = on_taken
         self.target = target
         self.failing = False
         self.lost_in_spell = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._on_taken is not None:
+            self._on_taken(len(spans))
         try:
             result = self.inner.export(spans)
         except Exception:  # noqa: BLE001 - an exporter bug must not kill the export thread
@@ -141,12 +144,15 @@ class CountingExporter(SpanExporter):
 class DropCountingSpanProcessor(BatchSpanProcessor):
     """A BatchSpanProcessor that counts what it would otherwise drop silently.
 
-    The SDK drops a span when its queue is full with only a log line; we check the queue before
-    handing the span over. The check reads the SDK's private queue (verified against
-    opentelemetry-sdk 1.45; tests/instrumentation/test_tracing_setup.py catches a change). The count
-    is exact up to a race: it can be one high when the export thread drains the queue between our
-    check and the SDK's append (the SDK's own "Queue full" log has the same race), and with several
-    producer threads one low per thread racing. It never misses a burst.
+    The SDK drops a span when its queue is full with only a log line. We keep the queue's length
+    ourselves, through public behaviour only: +1 for each span handed to the SDK, -N when the SDK
+    takes a batch of N out of the queue to export it (our exporter wrapper is called right then), and
+    no change when the queue is full (the SDK evicts the oldest span for the new one). The SDK's own
+    public count (``meter_provider=`` with its internal metrics) is off unless the process-wide
+    ``OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED`` is set, which a library must not force on its host.
+    The count is exact up to a race: it can be one high when the export thread takes a batch between
+    our check and the SDK's append (the SDK's own "Queue full" log has the same race). It never
+    misses a burst.
     """
 
     def __init__(self, exporter: SpanExporter, *, service: str, registry: CollectorRegistry, max_queue_size: int,
@@ -158,13 +164,25 @@ class DropCountingSpanProcessor(BatchSpanProcessor):
         self._events_dropped = items.labels(service, "event")
         self._attributes_dropped = items.labels(service, "attribute")
         self._links_dropped = items.labels(service, "link")
+        self.service = service
         self.max_queue_size = max_queue_size
-        super().__init__(CountingExporter(exporter, self.export_failed.inc, target), max_queue_size=max_queue_size,
-                         schedule_delay_millis=schedule_delay_millis, max_export_batch_size=max_export_batch_size)
+        self._queued = 0  # spans in the SDK's queue, as far as we can tell (see the class docstring)
+        self._queued_lock = threading.Lock()
+        super().__init__(CountingExporter(exporter, self.export_failed.inc, target, on_taken=self._taken),
+                         max_queue_size=max_queue_size, schedule_delay_millis=schedule_delay_millis,
+                         max_export_batch_size=max_export_batch_size)
 
-    def _queue_length(self) -> int | None:
-        queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
-        return len(queue) if queue is not None else None
+    def _taken(self, count: int) -> None:
+        with self._queued_lock:
+            self._queued = max(0, self._queued - count)
+
+    def _enqueue(self) -> bool:
+        """Count one span into the queue; False when the queue is full (the SDK then drops one)."""
+        with self._queued_lock:
+            if self._queued >= self.max_queue_size:
+                return False
+            self._queued += 1
+            return True
 
     def on_end(self, span: ReadableSpan) -> None:
         if span.dropped_events:
@@ -173,10 +191,8 @@ class DropCountingSpanProcessor(BatchSpanProcessor):
             self._attributes_dropped.inc(span.dropped_attributes)
         if span.dropped_links:
             self._links_dropped.inc(span.dropped_links)
-        if span.context is not None and span.context.trace_flags.sampled:
-            length = self._queue_length()
-            if length is not None and length >= self.max_queue_size:
-                self.queue_full.inc()
+        if span.context is not None and span.context.trace_flags.sampled and not self._enqueue():
+            self.queue_full.inc()
         super().on_end(span)
 
 
@@ -207,7 +223,9 @@ class TracingHandle:
 
     def dropped_spans(self) -> float:
         """Spans lost so far (queue full plus failed exports)."""
-        return self.processor.queue_full._value.get() + self.processor.export_failed._value.get()
+        return sum(self.registry.get_sample_value(request.SPANS_DROPPED.name,
+                                                  {"service": self.processor.service, "reason": reason}) or 0.0
+                   for reason in ("queue_full", "export_failed"))
 
 
 def _protocol(value: str | None) -> str:

@@ -68,7 +68,9 @@ class Spool:
         with self._lock:
             return len(self._sizes)
 
-    def __bool__(self) -> bool:
+    @property
+    def has_backlog(self) -> bool:
+        """Batches wait here for ClickHouse (newer ones must queue behind them)."""
         return self.batches > 0
 
     # -- write ------------------------------------------------------------------------

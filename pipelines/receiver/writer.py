@@ -150,7 +150,7 @@ class Writer:
                 except Exception as exc:  # noqa: BLE001 - never leave a client waiting forever
                     log.exception("writer: unexpected error")
                     self._fail(batch, Unavailable(f"internal error: {exc}"))
-            if self.spool and time.monotonic() >= self._next_replay and not self._stopping:
+            if self.spool.has_backlog and time.monotonic() >= self._next_replay and not self._stopping:
                 if self._replaying.acquire(blocking=False):
                     try:
                         self._replay()
@@ -177,7 +177,7 @@ class Writer:
                     return []
                 else:
                     wait = opts.batch_seconds
-                if self.spool and not self._replaying.locked():  # (another thread replaying: just wait)
+                if self.spool.has_backlog and not self._replaying.locked():  # (another thread replaying: just wait)
                     replay_in = self._next_replay - time.monotonic()
                     if replay_in <= 0:
                         return []
@@ -198,7 +198,7 @@ class Writer:
         framed = frame([r.payload for r in batch])
         token = batch_token(framed)
         spans = sum(r.spans for r in batch)
-        if self.spool:  # keep arrival order: newer batches wait behind the spooled ones
+        if self.spool.has_backlog:  # keep arrival order: newer batches wait behind the spooled ones
             self._to_spool(batch, framed, token, spans)
             return
         try:
@@ -332,7 +332,11 @@ class Writer:
             self.metrics.queue_depth.set(self._pending_spans)
 
     def _backoff(self, attempt: int) -> float:
-        """Exponential backoff with full jitter, capped: spreads retries of many receivers apart."""
+        """Exponential backoff, capped, with equal jitter (a uniform draw from half the delay to all of it).
+
+        The random half spreads retries of many receivers apart; the fixed half keeps a retry from
+        coming back almost at once, as full jitter (a draw from 0) would.
+        """
         ceiling = min(self.options.retry_max_seconds, self.options.retry_initial_seconds * (2 ** attempt))
         return random.uniform(ceiling / 2, ceiling)
 
