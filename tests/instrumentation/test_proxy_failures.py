@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 import urllib.request
 
 import openai
@@ -24,11 +23,20 @@ MODEL = "standin-model"
 MESSAGES = [{"role": "user", "content": "hello"}]
 # Short enough for quick tests, with a 10x margin over the stand-in's normal 50 ms token interval.
 FAST = Timeouts(ttft=0.5, idle=0.5, total=2.0)
+# For the cases that are not about timeouts: a loaded machine must not turn them into timeouts.
+RELAXED = Timeouts(ttft=60, idle=60, total=120)
 
 
 @pytest.fixture
 def stack():
     stack = ProxyStack(FAST)
+    yield stack
+    stack.close()
+
+
+@pytest.fixture
+def relaxed():
+    stack = ProxyStack(RELAXED)
     yield stack
     stack.close()
 
@@ -44,7 +52,7 @@ def stream_text(stack: ProxyStack, plan: dict, **kwargs) -> str:
         return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
 
 
-def engine_was_cancelled(stack: ProxyStack, timeout: float = 5.0) -> bool:
+def engine_was_cancelled(stack: ProxyStack, timeout: float = 30.0) -> bool:
     served = stack.engine.served[-1]
     assert served.done.wait(timeout), "the engine is still generating"
     return served.cancelled
@@ -117,30 +125,31 @@ def test_total_timeout(stack):
     assert engine_was_cancelled(stack)
 
 
-def test_client_disconnect_cancels_upstream(stack):
-    with client_for(stack) as client:
+def test_client_disconnect_cancels_upstream(relaxed):
+    with client_for(relaxed) as client:
         stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
                                                 extra_body={"standin": {"tokens": 200, "interval": 0.02}})
         first = [next(iter(stream)) for _ in range(3)]
         stream.close()  # the user closed the tab
     assert len(first) == 3
-    span = stack.wait_request_span()
+    span = relaxed.wait_request_span()
     assert span.attributes[attr.REQUEST_OUTCOME] == "cancelled"
     assert span.attributes[attr.SAMPLING_REASON] == "cancelled"
-    assert engine_was_cancelled(stack)
-    assert len(stack.engine.served[-1].sent) < 200 * 60  # far from the full answer
+    assert engine_was_cancelled(relaxed)
+    assert len(relaxed.engine.served[-1].sent) < 200 * 60  # far from the full answer
 
 
-def test_client_disconnect_while_waiting_for_first_token(stack):
-    with client_for(stack) as client:
-        started = time.monotonic()
+def test_client_disconnect_while_waiting_for_first_token(relaxed):
+    # The engine would answer after a minute and the proxy's timeouts are longer still: only the
+    # client leaving can end the engine's request within engine_was_cancelled's wait.
+    with client_for(relaxed) as client:
         with pytest.raises(openai.APITimeoutError):
             client.with_options(timeout=0.15).chat.completions.create(
-                model=MODEL, messages=MESSAGES, extra_body={"standin": {"first_token_delay": 1}})
-    assert time.monotonic() - started < 1
-    span = stack.wait_request_span()
+                model=MODEL, messages=MESSAGES, extra_body={"standin": {"first_token_delay": 60}})
+    span = relaxed.wait_request_span()
     assert span.attributes[attr.REQUEST_OUTCOME] == "cancelled"
-    assert engine_was_cancelled(stack)
+    assert engine_was_cancelled(relaxed)
+    assert not relaxed.engine.served[-1].sent  # it never answered
 
 
 def dead_port() -> int:
@@ -169,40 +178,40 @@ def test_upstream_down():
         stack.close()
 
 
-def test_upstream_garbage_is_passed_on_and_recorded(stack):
-    with client_for(stack) as client:
+def test_upstream_garbage_is_passed_on_and_recorded(relaxed):
+    with client_for(relaxed) as client:
         with client.chat.completions.with_streaming_response.create(
                 model=MODEL, messages=MESSAGES, stream=True, extra_body={"standin": {"garbage": True}}) as response:
             received = b"".join(response.iter_bytes())
-    assert received == bytes(stack.engine.served[-1].sent)
+    assert received == bytes(relaxed.engine.served[-1].sent)
     assert b"not an event stream" in received
-    span = stack.wait_request_span()
+    span = relaxed.wait_request_span()
     assert span.attributes[attr.REQUEST_OUTCOME] == "error"
     assert span.attributes[attr.ERROR_TYPE] == "malformed_sse"
     assert "not an SSE field line" in span.status.description
 
 
 @pytest.mark.parametrize("status, outcome", [(500, "error"), (503, "rejected"), (429, "rejected")])
-def test_upstream_error_status_is_passed_on(stack, status, outcome):
-    with client_for(stack) as client, pytest.raises(openai.APIStatusError) as caught:
+def test_upstream_error_status_is_passed_on(relaxed, status, outcome):
+    with client_for(relaxed) as client, pytest.raises(openai.APIStatusError) as caught:
         client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
                                        extra_body={"standin": {"status": status}})
     assert caught.value.status_code == status
-    assert caught.value.response.content == bytes(stack.engine.served[-1].sent)
-    span = stack.wait_request_span()
+    assert caught.value.response.content == bytes(relaxed.engine.served[-1].sent)
+    span = relaxed.wait_request_span()
     assert span.attributes[attr.REQUEST_OUTCOME] == outcome
     assert span.attributes[attr.ERROR_TYPE] == str(status)
 
 
-def test_upstream_dying_mid_stream(stack):
+def test_upstream_dying_mid_stream(relaxed):
     received = []
-    with client_for(stack) as client, pytest.raises(openai.APIError, match="broke off"):
+    with client_for(relaxed) as client, pytest.raises(openai.APIError, match="broke off"):
         stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
                                                 extra_body={"standin": {"tokens": 10, "crash_after": 3}})
         for chunk in stream:
             received.append(chunk.choices[0].delta.content)
     assert received == ["", "tok0 ", "tok1 ", "tok2 "]
-    span = stack.wait_request_span()
+    span = relaxed.wait_request_span()
     assert span.attributes[attr.REQUEST_OUTCOME] == "error"
     assert span.attributes[attr.ERROR_TYPE] == "upstream_disconnected"
     assert span.attributes[attr.TOKEN_COUNT] == 3
@@ -217,7 +226,7 @@ def test_one_failure_does_not_harm_the_next_request(stack):
     assert outcomes == ["timeout", "error", "success"]
 
 
-def test_many_clients_leaving_early_leak_nothing(stack):
+def test_many_clients_leaving_early_leak_nothing(relaxed):
     """Ten of twenty concurrent streams are abandoned: each is counted once, nothing stays in flight."""
 
     async def one(client: openai.AsyncOpenAI, leave_early: bool) -> None:
@@ -231,19 +240,19 @@ def test_many_clients_leaving_early_leak_nothing(stack):
                 return
 
     async def many() -> None:
-        async with openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0) as client:
+        async with openai.AsyncOpenAI(base_url=relaxed.url + "/v1", api_key="unused", max_retries=0) as client:
             await asyncio.gather(*(one(client, i % 2 == 0) for i in range(20)))
 
     asyncio.run(many())
     for n in range(1, 21):
-        stack.wait_request_span(n)
-    outcomes = sorted(s.attributes[attr.REQUEST_OUTCOME] for s in stack.request_spans())
+        relaxed.wait_request_span(n)
+    outcomes = sorted(s.attributes[attr.REQUEST_OUTCOME] for s in relaxed.request_spans())
     assert outcomes == ["cancelled"] * 10 + ["success"] * 10
-    assert all(served.done.wait(5) for served in stack.engine.served)
-    assert sum(served.cancelled for served in stack.engine.served) == 10
+    assert all(served.done.wait(5) for served in relaxed.engine.served)
+    assert sum(served.cancelled for served in relaxed.engine.served) == 10
     labels = {"model": MODEL}
-    assert stack.metric(request_signals.REQUESTS, outcome="cancelled", **labels) == 10
-    assert stack.metric(request_signals.IN_FLIGHT, **labels) == 0
+    assert relaxed.metric(request_signals.REQUESTS, outcome="cancelled", **labels) == 10
+    assert relaxed.metric(request_signals.IN_FLIGHT, **labels) == 0
 
 
 def test_oversized_non_streaming_answer_is_refused_not_buffered():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -143,44 +142,84 @@ def test_disabled_timeouts():
         Timeouts(idle=-1)
 
 
-async def _watch(timeouts: Timeouts, token_times: list[float], limit: float = 3.0) -> tuple[str | None, float]:
-    """Run a Watchdog over a task that "receives" tokens at the given offsets; (expired kind, elapsed)."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
+class Timer:
+    """What ``loop.call_at`` returns, as far as a Watchdog uses it."""
 
-    async def request() -> None:
-        watchdog = Watchdog(Deadlines(timeouts, start), loop, asyncio.current_task())
-        holder.append(watchdog)
-        for at in token_times:
-            await asyncio.sleep(max(0.0, start + at - loop.time()))
-            watchdog.token()
-        await asyncio.sleep(limit)
+    def __init__(self, when: float, callback) -> None:
+        self.when, self.callback, self.cancelled = when, callback, False
 
-    holder: list[Watchdog] = []
-    task = asyncio.create_task(request())
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
-    return holder[0].expired, loop.time() - start
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class VirtualLoop:
+    """The two loop methods a Watchdog uses, on a clock the test moves: its timers fire in order, exactly
+    at their deadlines, however loaded the machine is."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[Timer] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback) -> Timer:
+        timer = Timer(when, callback)
+        self.timers.append(timer)
+        return timer
+
+    def run_until(self, until: float) -> None:
+        while due := sorted((t for t in self.timers if not t.cancelled and t.when <= until), key=lambda t: t.when):
+            timer = due[0]
+            self.timers.remove(timer)
+            self.now = timer.when
+            timer.callback()
+        self.now = until
+
+
+class RequestTask:
+    """Stands for the request's task: records when the Watchdog cancelled it."""
+
+    def __init__(self, loop: VirtualLoop) -> None:
+        self.loop = loop
+        self.cancelled_at: float | None = None
+
+    def cancel(self) -> None:
+        self.cancelled_at = self.loop.now
+
+
+def _watch(timeouts: Timeouts, token_times: list[float], limit: float = 3.0) -> tuple[str | None, float | None]:
+    """Run a Watchdog over a request that receives tokens at the given offsets, on a virtual clock;
+    (expired kind, when the request was cancelled)."""
+    loop = VirtualLoop()
+    task = RequestTask(loop)
+    watchdog = Watchdog(Deadlines(timeouts, loop.time()), loop, task)
+    for at in token_times:
+        loop.run_until(at)
+        if task.cancelled_at is not None:
+            break  # a cancelled request receives nothing more
+        watchdog.token()
+    loop.run_until((token_times[-1] if token_times else 0.0) + limit)
+    return watchdog.expired, task.cancelled_at
 
 
 def test_watchdog_rearms_on_first_token():
     """ttft 10 s, idle 50 ms: after the first token the (earlier) idle deadline must apply at once."""
-    expired, elapsed = asyncio.run(_watch(Timeouts(ttft=10, idle=0.05, total=0), [0.0]))
-    assert expired == "idle" and elapsed < 1
+    expired, cancelled_at = _watch(Timeouts(ttft=10, idle=0.05, total=0), [0.0])
+    assert expired == "idle" and cancelled_at == pytest.approx(0.05)
 
 
 def test_watchdog_follows_tokens_then_fires():
     tokens = [0.02 * i for i in range(1, 11)]  # every 20 ms for 200 ms, idle limit 80 ms
-    expired, elapsed = asyncio.run(_watch(Timeouts(ttft=1, idle=0.08, total=0), tokens))
+    expired, cancelled_at = _watch(Timeouts(ttft=1, idle=0.08, total=0), tokens)
     assert expired == "idle"
-    assert 0.26 <= elapsed < 1.5  # not before the last token + 80 ms
+    assert cancelled_at == pytest.approx(0.28)  # the last token + 80 ms: not before, and not later
 
 
 def test_watchdog_ttft_and_total():
-    assert asyncio.run(_watch(Timeouts(ttft=0.05, idle=1, total=0), []))[0] == "ttft"
+    assert _watch(Timeouts(ttft=0.05, idle=1, total=0), [])[0] == "ttft"
     tokens = [0.02 * i for i in range(1, 30)]
-    assert asyncio.run(_watch(Timeouts(ttft=1, idle=1, total=0.2), tokens))[0] == "total"
-    expired, _ = asyncio.run(_watch(Timeouts(ttft=0, idle=0, total=0), [], limit=0.05))
+    expired, cancelled_at = _watch(Timeouts(ttft=1, idle=1, total=0.2), tokens)
+    assert expired == "total" and cancelled_at == pytest.approx(0.2)
+    expired, _ = _watch(Timeouts(ttft=0, idle=0, total=0), [], limit=0.05)
     assert expired is None  # all disabled: the request ends on its own
