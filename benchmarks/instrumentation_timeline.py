@@ -110,7 +110,7 @@ def make_full_cost_methods():
     provider = TracerProvider(span_limits=SpanLimits(max_events=100_000))
     otel = provider.get_tracer("bench")
     metrics = RequestMetrics(CollectorRegistry())
-    labels = ("m", "i", "p", "s")
+    bundle = metrics.bundle("m", "i", "p", "s")
 
     def recorder(tokens, kept, as_text=True):
         span = otel.start_span("request")
@@ -122,7 +122,7 @@ def make_full_cost_methods():
         times, _truncated = timeline.kept(buffer)
         gaps = timeline.gaps_ns(times)
         summary = timeline.summarize(times, start, gaps)
-        metrics.observe_gaps_ns(labels, gaps)
+        metrics.observe_gaps_ns(bundle, gaps)
         if kept:
             offsets = timeline.offsets_us(times, start)
             span.set_attribute(attr.TOKEN_OFFSETS_US, timeline.offsets_json(offsets) if as_text else offsets)

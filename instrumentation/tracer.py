@@ -56,6 +56,7 @@ from infersight import attributes as attr
 from infersight.instances import instance_attributes
 from infersight.instrumentation import sampling, timeline
 from infersight.instrumentation.client_retries import ClientRetryDetector
+from infersight.instrumentation.ending import Ending, check_details
 from infersight.instrumentation.metrics import RequestMetrics
 from infersight.instrumentation.propagation import extract_context, format_traceparent, inject_context
 from infersight.signals import request as request_signals
@@ -201,7 +202,7 @@ class RequestContext:
         self.request_id = request_id or self.trace_id
         if self._recording:
             self._span.set_attribute(attr.REQUEST_ID, self.request_id)
-        tracer.metrics.in_flight_child(model, instance, pool, strategy).inc()
+        tracer.metrics.add_in_flight((model, instance, pool, strategy), 1)
 
     # -- identity and propagation ------------------------------------------------------------------
     @property
@@ -231,13 +232,13 @@ class RequestContext:
         if self._queued_ns is not None or self._summary is not None:
             return
         self._queued_ns = _now()
-        self._tracer.metrics.queue_depth.labels(self.model, self.pool, self.strategy).inc()
+        self._tracer.metrics.add_queue_depth(self.model, self.pool, self.strategy, 1)
 
     def _leave_queue(self, now_ns: int) -> None:
         if self._queued_ns is None or self._queue_s is not None:
             return
         self._queue_s = (now_ns - self._queued_ns) / 1e9
-        self._tracer.metrics.queue_depth.labels(self.model, self.pool, self.strategy).dec()
+        self._tracer.metrics.add_queue_depth(self.model, self.pool, self.strategy, -1)
         if self._recording:
             span = self._tracer.otel.start_span(attr.SPAN_GATEWAY_QUEUE, context=trace.set_span_in_context(self._span),
                                                 start_time=self._wall(self._queued_ns))
@@ -290,9 +291,9 @@ class RequestContext:
         if (instance, pool, strategy) == (self.instance, self.pool, self.strategy):
             return
         metrics = self._tracer.metrics
-        metrics.in_flight_child(self.model, self.instance, self.pool, self.strategy).dec()
+        metrics.add_in_flight((self.model, self.instance, self.pool, self.strategy), -1)
         self.instance, self.pool, self.strategy = instance, pool, strategy
-        metrics.in_flight_child(self.model, instance, pool, strategy).inc()
+        metrics.add_in_flight((self.model, instance, pool, strategy), 1)
 
     def _start_upstream(self, now_ns: int) -> None:
         self._end_upstream(now_ns, None)
@@ -335,7 +336,7 @@ class RequestContext:
         self._end_upstream(_now(), error_type)
         self.attempt += 1
         self._backoff_s = backoff_s
-        self._tracer.metrics.bundle(self.model, self.instance, self.pool, self.strategy).retries.inc()
+        self._tracer.metrics.count_retry((self.model, self.instance, self.pool, self.strategy))
 
     # -- token stream (hot path) --------------------------------------------------------------------
     def token(self) -> None:
@@ -448,112 +449,71 @@ class RequestContext:
                 self.fail(exc_type.__qualname__, message=str(exc))
         return False
 
-    def _end(self, outcome: str, *, finish_reason: str | None = None, error_type: str | None = None,
-             message: str | None = None, timeout_kind: str | None = None, rejection_reason: str | None = None,
-             input_tokens: int | None = None, output_tokens: int | None = None,
-             cached_input_tokens: int | None = None, reasoning_tokens: int | None = None,
-             response_model: str | None = None, response_id: str | None = None) -> RequestSummary:
+    def _end(self, outcome: str, **details: Any) -> RequestSummary:
+        """End the request once: its metrics, then the tail-sampling decision, then its spans."""
         if self._summary is not None:
             return self._summary
-        # Refuse bad usage before anything changes: a half-finished request would leak its
-        # in-flight count and never end its span.
-        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
-                            ("cached_input_tokens", cached_input_tokens), ("reasoning_tokens", reasoning_tokens)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
+        check_details(details)
         end_ns = _now()
         self._leave_queue(end_ns)
-        if cached_input_tokens is None:
-            cached_input_tokens = self._cached_input_tokens
+        ending = self._ending(outcome, end_ns, details)
         metrics = self._tracer.metrics
+        if ending.truncated:
+            metrics.count_truncated(self.model)
+        metrics.record_end(metrics.bundle(self.model, self.instance, self.pool, self.strategy), ending)
+        self._decide(ending)
+        self._end_spans(ending)
+        self._summary = RequestSummary(outcome, ending.finish_reason, ending.ttft_s, ending.e2e_s, self._queue_s,
+                                       ending.count, self.attempt + 1, ending.reason, ending.offsets_us,
+                                       self.trace_id)
+        return self._summary
+
+    def _ending(self, outcome: str, end_ns: int, details: dict[str, Any]) -> Ending:
         times, truncated = timeline.kept(self._times)
         if times and (times[0] < self._start_ns or times[-1] > end_ns):
             log.warning("%s: token times outside the request (not time.perf_counter_ns readings?); "
                         "timeline discarded", self.model)
             times, truncated = [], False
-        self._times = times  # a plain list from here on (the summary reads it)
-        if truncated:
-            metrics.timelines_truncated.labels(self.model).inc()
-        bundle = metrics.bundle(self.model, self.instance, self.pool, self.strategy)
-        count = len(times)
-        gaps = None
+        self._times = times  # a plain list from here on
+        ending = Ending(outcome, end_ns, (end_ns - self._start_ns) / 1e9, times, truncated, queue_s=self._queue_s,
+                        client_retry=self._client_retry, **details)
+        if ending.cached_input_tokens is None:
+            ending.cached_input_tokens = self._cached_input_tokens
+        ending.measure(self._start_ns, self._first_token_ns)
+        return ending
 
-        first_ns = self._first_token_ns
-        if count and (first_ns is None or times[0] < first_ns):
-            first_ns = times[0]
-        ttft_s = (first_ns - self._start_ns) / 1e9 if first_ns is not None else None
-        e2e_s = (end_ns - self._start_ns) / 1e9
-        produced = output_tokens if output_tokens is not None else (count or None)
-        tpot_s = None
-        if truncated and first_ns is not None and produced and produced > count:
-            # The buffer kept only the last readings; the usage counts every token, so its gaps run
-            # from the first token (noted apart) to the last one.
-            tpot_s = (times[-1] - first_ns) / 1e9 / (produced - 1)
-        elif count >= 2:
-            # Usage that counts more tokens than were timed (several per streamed chunk) divides the
-            # same first-to-last span by the true number of gaps.
-            tpot_s = (times[-1] - times[0]) / 1e9 / (max(count, produced or 0) - 1)
-        elif produced and produced >= 2 and ttft_s is not None:
-            tpot_s = (e2e_s - ttft_s) / (produced - 1)
-
-        # Metrics: every request, sampled or not.
-        bundle.in_flight.dec()
-        bundle.outcome(outcome).inc()
-        if self._client_retry:
-            bundle.client_retries.inc()
-        if outcome == "rejected":
-            metrics.rejections.labels(*bundle.labels, rejection_reason).inc()
-        else:
-            bundle.e2e.observe(e2e_s)
-            if ttft_s is not None:
-                bundle.ttft.observe(ttft_s)
-            if tpot_s is not None:
-                bundle.tpot.observe(tpot_s)
-            if count >= 2:
-                gaps = timeline.gaps_ns(times)
-                metrics.observe_gaps_ns(bundle.labels, gaps)
-        if self._queue_s is not None:
-            bundle.queue_time.observe(self._queue_s)
-        if timeout_kind is not None:
-            metrics.timeouts.labels(*bundle.labels, timeout_kind).inc()
-        if input_tokens:
-            bundle.input_tokens.inc(input_tokens)
-        if cached_input_tokens:
-            bundle.cached_input_tokens.inc(cached_input_tokens)
-        if produced:
-            bundle.output_tokens.inc(produced)
-
-        # Tail sampling: keep the timeline only for the requests that matter.
-        if outcome == "rejected":
+    def _decide(self, ending: Ending) -> None:
+        """Tail sampling: keep the timeline only for the requests that matter (sets reason and offsets)."""
+        if ending.rejected:
             reason = sampling.NOT_KEPT
         else:
-            reason = self._tracer.sampler.decide(self.model, outcome, ttft_s, e2e_s)
+            reason = self._tracer.sampler.decide(self.model, ending.outcome, ending.ttft_s, ending.e2e_s)
             if not self._recording:
                 if reason in sampling.OVERRIDES_HEAD:
                     self._start_tail_kept_span(reason)  # failed or slow: worth its span after all
                 elif reason == sampling.RANDOM:
                     reason = sampling.NOT_KEPT  # the head ratio already drew this request's lot
-        metrics.timelines.labels(self.model, reason).inc()
-        offsets = timeline.offsets_us(times, self._start_ns) if reason != sampling.NOT_KEPT and count else None
+        self._tracer.metrics.count_timeline(self.model, reason)
+        ending.reason = reason
+        if reason != sampling.NOT_KEPT and ending.times:
+            ending.offsets_us = timeline.offsets_us(ending.times, self._start_ns)
 
+    def _end_spans(self, ending: Ending) -> None:
         if self._recording:
-            usage = {attr.GEN_AI_USAGE_INPUT_TOKENS: input_tokens, attr.GEN_AI_USAGE_OUTPUT_TOKENS: produced,
-                     attr.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached_input_tokens,
-                     attr.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: reasoning_tokens,
-                     attr.GEN_AI_RESPONSE_FINISH_REASONS: [finish_reason] if finish_reason else None,
-                     attr.GEN_AI_RESPONSE_MODEL: response_model, attr.GEN_AI_RESPONSE_ID: response_id}
+            usage = {attr.GEN_AI_USAGE_INPUT_TOKENS: ending.input_tokens,
+                     attr.GEN_AI_USAGE_OUTPUT_TOKENS: ending.produced,
+                     attr.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: ending.cached_input_tokens,
+                     attr.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: ending.reasoning_tokens,
+                     attr.GEN_AI_RESPONSE_FINISH_REASONS: [ending.finish_reason] if ending.finish_reason else None,
+                     attr.GEN_AI_RESPONSE_MODEL: ending.response_model, attr.GEN_AI_RESPONSE_ID: ending.response_id}
             usage = {key: value for key, value in usage.items() if value is not None}
-            self._record_span(outcome, error_type, message, timeout_kind, cached_input_tokens, usage, ttft_s, tpot_s,
-                              reason, offsets, gaps, truncated)
+            self._record_span(ending, usage)
             if self._upstream is not None:
-                self._record_attempt(usage, times, first_ns)
-        self._end_upstream(end_ns, error_type if outcome in ("error", "timeout") else None)
+                self._record_attempt(usage, ending.times, ending.first_ns)
+        self._end_upstream(ending.end_ns, ending.error_type if ending.outcome in ("error", "timeout") else None)
         if self._recording and self._scheduled_ns is not None:
-            self._record_engine_phases(first_ns, end_ns, count)
-        self._span.end(end_time=self._wall(end_ns))
-        self._summary = RequestSummary(outcome, finish_reason, ttft_s, e2e_s, self._queue_s, count, self.attempt + 1,
-                                       reason, offsets, self.trace_id)
-        return self._summary
+            self._record_engine_phases(ending.first_ns, ending.end_ns, ending.count)
+        self._span.end(end_time=self._wall(ending.end_ns))
 
     def _start_tail_kept_span(self, reason: str) -> None:
         """The request span of a request the head ratio dropped and the tail decision keeps.
@@ -603,12 +563,11 @@ class RequestContext:
                 values[attr.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = (first - started) / 1e9
         self._upstream.set_attributes(values)
 
-    def _record_span(self, outcome, error_type, message, timeout_kind, cached_input_tokens, usage, ttft_s, tpot_s,
-                     reason, offsets, gaps, truncated) -> None:
-        summary = timeline.summarize(self._times, self._start_ns, gaps)
+    def _record_span(self, ending: Ending, usage: dict[str, Any]) -> None:
+        summary = timeline.summarize(ending.times, self._start_ns, ending.gaps_ns)
         values: dict[str, Any] = {
-            attr.REQUEST_OUTCOME: outcome,
-            attr.SAMPLING_REASON: reason,
+            attr.REQUEST_OUTCOME: ending.outcome,
+            attr.SAMPLING_REASON: ending.reason,
             attr.TOKEN_COUNT: summary.count,
             attr.RETRY_ATTEMPT: self.attempt,
         }
@@ -617,25 +576,25 @@ class RequestContext:
             attr.ROUTING_STRATEGY: self.strategy or None,
             attr.ROUTING_ESTIMATED_FINISH_MS: self._route_estimate_ms,
             attr.ROUTING_PREFIX_CACHE_RATIO: self._route_cache_ratio,
-            attr.CACHED_INPUT_TOKENS: cached_input_tokens,
-            attr.TTFT_MS: ttft_s * 1000.0 if ttft_s is not None else None,
-            attr.TPOT_MS: tpot_s * 1000.0 if tpot_s is not None else None,
+            attr.CACHED_INPUT_TOKENS: ending.cached_input_tokens,
+            attr.TTFT_MS: ending.ttft_s * 1000.0 if ending.ttft_s is not None else None,
+            attr.TPOT_MS: ending.tpot_s * 1000.0 if ending.tpot_s is not None else None,
             attr.QUEUE_MS: self._queue_s * 1000.0 if self._queue_s is not None else None,
-            attr.TIMEOUT_KIND: timeout_kind,
-            attr.ERROR_TYPE: error_type,
+            attr.TIMEOUT_KIND: ending.timeout_kind,
+            attr.ERROR_TYPE: ending.error_type,
             attr.TOKEN_GAP_MEAN_MS: summary.gap_mean_ms,
             attr.TOKEN_GAP_MAX_MS: summary.gap_max_ms,
             attr.TOKEN_STALL_INDEX: summary.stall_index,
             attr.TOKEN_STALL_OFFSET_MS: summary.stall_offset_ms,
-            attr.TOKEN_OFFSETS_US: timeline.offsets_json(offsets) if offsets is not None else None,
-            attr.TOKEN_TRUNCATED: True if truncated else None,
+            attr.TOKEN_OFFSETS_US: timeline.offsets_json(ending.offsets_us) if ending.offsets_us is not None else None,
+            attr.TOKEN_TRUNCATED: True if ending.truncated else None,
         }
         values.update((key, value) for key, value in optional.items() if value is not None)
         values.update(usage)
         values.update(instance_attributes(self.instance))
         self._span.set_attributes(values)
-        if outcome in ("error", "timeout", "rejected"):
-            self._span.set_status(Status(StatusCode.ERROR, message or error_type))
+        if ending.failed:
+            self._span.set_status(Status(StatusCode.ERROR, ending.message or ending.error_type))
 
 
 class _Streaming(RequestContext):

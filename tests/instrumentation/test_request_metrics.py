@@ -8,7 +8,7 @@ import random
 from prometheus_client import CollectorRegistry, Histogram, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from infersight.instrumentation.metrics import BulkHistogram
+from infersight.instrumentation.series import Family
 from infersight.signals import gateway, request
 from tests.conftest import require_tool
 from tests.instrumentation.tracing_helpers import make_traced, replay_tokens
@@ -29,9 +29,10 @@ def samples(registry: CollectorRegistry, name: str) -> dict[tuple, float]:
 def test_bulk_histogram_exposes_exactly_what_a_prometheus_histogram_would():
     values = [random.Random(9).uniform(0.0, 3.0) for _ in range(500)] + list(request.TPOT_BUCKETS)  # edges too
     ours, reference = CollectorRegistry(), CollectorRegistry()
-    bulk = BulkHistogram(request.INTER_TOKEN, ours)
-    bulk.observe_many(("m", "i", "p", "s"), values[:300])
-    bulk.observe_many(("m", "i", "p", "s"), values[300:])
+    bulk = Family(request.INTER_TOKEN, ours)
+    cell = bulk.cell(("m", "i", "p", "s"))
+    bulk.observe_many(cell, values[:300])
+    bulk.observe_many(cell, values[300:])
     plain = Histogram(request.INTER_TOKEN.name, request.INTER_TOKEN.help, request.INTER_TOKEN.labels,
                       buckets=request.INTER_TOKEN.buckets, registry=reference)
     for value in values:
