@@ -15,7 +15,7 @@ The public API (see :mod:`.tracer` for a full example)::
 from infersight.instrumentation.health import GatewayHealth
 from infersight.instrumentation.propagation import extract_context, format_traceparent, inject_context
 from infersight.instrumentation.sampling import RollingQuantile, TailSampler
-from infersight.instrumentation.tracer import Candidate, RequestContext, RequestSummary, RequestTracer
+from infersight.instrumentation.tracer import Candidate, RequestContext, RequestSummary, RequestTracer, TracerClock
 from infersight.instrumentation.tracing_setup import TracingHandle, setup_tracing, setup_tracing_from_config
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "RequestContext",
     "RequestSummary",
     "RequestTracer",
+    "TracerClock",
     "RollingQuantile",
     "TailSampler",
     "TracingHandle",

@@ -61,7 +61,7 @@ from infersight.instrumentation.metrics import RequestMetrics
 from infersight.instrumentation.propagation import extract_context, format_traceparent, inject_context
 from infersight.signals import request as request_signals
 
-_now = time.perf_counter_ns
+_now = time.perf_counter_ns  # the hot path's clock (token()); other steps read the tracer's clock
 log = logging.getLogger(__name__)
 OUTCOMES = request_signals.OUTCOMES
 TIMEOUT_KINDS = request_signals.TIMEOUT_KINDS
@@ -108,6 +108,17 @@ class RequestSummary:
         return self.offsets_us is not None
 
 
+@dataclass(frozen=True)
+class TracerClock:
+    """Where a tracer reads time: a monotonic reading in ns, and the wall time (Unix ns) of now."""
+
+    perf_ns: Callable[[], int]
+    wall_ns: Callable[[], int]
+
+
+SYSTEM_CLOCK = TracerClock(time.perf_counter_ns, time.time_ns)
+
+
 class RequestTracer:
     """Creates a :class:`RequestContext` per request; holds the metrics, span tracer and sampler.
 
@@ -115,13 +126,19 @@ class RequestTracer:
     ``.registry``). ``tracer_provider`` defaults to the global OpenTelemetry provider; its sampler
     applies the head ratio to request spans. ``sampler`` makes the tail decision on timelines.
     ``max_timeline_tokens`` bounds each request's token-time buffer (the last ones are kept).
+    ``clock`` replaces the process's clocks for a replay of requests that happened elsewhere (the
+    simulator's requests in the real-time demo): ``clock.perf_ns()`` is read where the tracer notes a
+    step, ``clock.wall_ns()`` once per request for the span timestamps. :meth:`RequestContext.token`
+    keeps reading ``time.perf_counter_ns`` (it is the hot path), so a replay records its token times
+    through :meth:`RequestContext.token_sink` with ``clock.perf_ns`` readings.
     """
 
     def __init__(self, *, registry: CollectorRegistry | None = None,
                  tracer_provider: trace.TracerProvider | None = None,
                  sampler: sampling.TailSampler | None = None, provider_name: str | None = None,
                  span_kind: SpanKind = SpanKind.SERVER,
-                 max_timeline_tokens: int = timeline.DEFAULT_MAX_TOKENS) -> None:
+                 max_timeline_tokens: int = timeline.DEFAULT_MAX_TOKENS,
+                 clock: TracerClock | None = None) -> None:
         if max_timeline_tokens < 1:
             raise ValueError(f"max_timeline_tokens must be at least 1, got {max_timeline_tokens}")
         self.max_timeline_tokens = max_timeline_tokens
@@ -133,6 +150,8 @@ class RequestTracer:
         self.sampler = sampler if sampler is not None else sampling.TailSampler()
         self.provider_name = provider_name
         self.span_kind = span_kind
+        self.clock = clock if clock is not None else SYSTEM_CLOCK
+        self._perf_ns = self.clock.perf_ns
 
     def start(self, model: str, *, operation: str = "chat", headers: Mapping[str, str] | None = None,
               request_id: str | None = None, instance: str = "", pool: str = "", strategy: str = "",
@@ -163,8 +182,8 @@ class RequestContext:
     def __init__(self, tracer: RequestTracer, model: str, operation: str, headers: Mapping[str, str] | None,
                  request_id: str | None, instance: str, pool: str, strategy: str, max_tokens: int | None,
                  provider_name: str | None, stream: bool | None = None) -> None:
-        self._start_wall_ns = time.time_ns()
-        self._start_ns = _now()
+        self._start_wall_ns = tracer.clock.wall_ns()
+        self._start_ns = tracer._perf_ns()
         self._tracer = tracer
         self.model, self.operation = model, operation
         self.instance, self.pool, self.strategy = instance, pool, strategy
@@ -231,7 +250,7 @@ class RequestContext:
         """The request entered the gateway queue (counted in the queue-depth gauge until routed)."""
         if self._queued_ns is not None or self._summary is not None:
             return
-        self._queued_ns = _now()
+        self._queued_ns = self._tracer._perf_ns()
         self._tracer.metrics.add_queue_depth(self.model, self.pool, self.strategy, 1)
 
     def _leave_queue(self, now_ns: int) -> None:
@@ -255,7 +274,7 @@ class RequestContext:
         """
         if self._summary is not None:
             return
-        now_ns = _now()
+        now_ns = self._tracer._perf_ns()
         self._leave_queue(now_ns)
         self._route_estimate_ms = float(estimated_finish_ms) if estimated_finish_ms is not None else None
         self._route_cache_ratio = float(prefix_cache_ratio) if prefix_cache_ratio is not None else None
@@ -285,7 +304,7 @@ class RequestContext:
             return
         if instance is not None and instance != self.instance:
             self._relabel(instance, self.pool, self.strategy)
-        self._start_upstream(_now())
+        self._start_upstream(self._tracer._perf_ns())
 
     def _relabel(self, instance: str, pool: str, strategy: str) -> None:
         if (instance, pool, strategy) == (self.instance, self.pool, self.strategy):
@@ -333,7 +352,7 @@ class RequestContext:
             return
         if backoff_s < 0:
             raise ValueError(f"backoff_s must be >= 0, got {backoff_s}")
-        self._end_upstream(_now(), error_type)
+        self._end_upstream(self._tracer._perf_ns(), error_type)
         self.attempt += 1
         self._backoff_s = backoff_s
         self._tracer.metrics.count_retry((self.model, self.instance, self.pool, self.strategy))
@@ -370,7 +389,7 @@ class RequestContext:
     def tokens(self, count: int) -> None:
         """``count`` tokens arrived together now (a chunk carrying several tokens)."""
         if count > 0:
-            now = _now()
+            now = self._tracer._perf_ns()
             self._times.extend((now,) * count)
             if self._first_token_ns is None:
                 self._first_token_ns = now
@@ -383,13 +402,13 @@ class RequestContext:
         ``engine.decode`` (first token to end) children.
         """
         if self._scheduled_ns is None and self._summary is None:
-            self._scheduled_ns = _now()
+            self._scheduled_ns = self._tracer._perf_ns()
             self._cached_input_tokens = cached_input_tokens
 
     def first_token(self) -> None:
         """Mark the first token without recording one (e.g. a non-streaming engine ends prefill)."""
         if self._first_token_ns is None:
-            self._first_token_ns = _now()
+            self._first_token_ns = self._tracer._perf_ns()
 
     # -- endings ---------------------------------------------------------------------------------
     def finish(self, reason: str | None = "stop", *, input_tokens: int | None = None,
@@ -454,7 +473,7 @@ class RequestContext:
         if self._summary is not None:
             return self._summary
         check_details(details)
-        end_ns = _now()
+        end_ns = self._tracer._perf_ns()
         self._leave_queue(end_ns)
         ending = self._ending(outcome, end_ns, details)
         metrics = self._tracer.metrics

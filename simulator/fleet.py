@@ -1,8 +1,10 @@
 """The whole simulated fleet: engines on nodes of 8 simulated GPUs, the gateway, clients, traffic.
 
-``Fleet.run_until(t)`` advances in 1-second ticks on its own clock (virtual time: it only moves
-when told). Each engine is named ``host:port`` (DESIGN 10) and has one GPU; its load drives that
-GPU in the GPU collector's simulated backend.
+``Fleet.run_until(t)`` advances in 2-second ticks on its own clock (virtual time: it only moves
+when told; :mod:`.realtime` tells it to keep pace with the wall clock). ``wall(t)`` is the Unix time
+that simulated second ``t`` stands for: ``epoch + t / speed`` (speed 1 in virtual time; the
+real-time demo runs 60 simulated seconds per real one). Each engine is named ``host:port``
+(DESIGN 10) and has one GPU; its load drives that GPU in the GPU collector's simulated backend.
 """
 
 from __future__ import annotations
@@ -41,10 +43,13 @@ class Node:
 
 
 class Fleet:
-    def __init__(self, scenario: Scenario, config: Config, epoch: float = 0.0):
+    def __init__(self, scenario: Scenario, config: Config, epoch: float = 0.0, speed: float = 1.0):
+        if speed <= 0:
+            raise ValueError(f"speed must be positive, got {speed}")
         self.scenario = scenario
         self.config = config
         self.epoch = epoch  # Unix time of t = 0 (0 for promtool, whose clock starts at 1970)
+        self.speed = speed  # simulated seconds per wall-clock second
         self.clock = ManualClock(0.0)
         self.rng = random.Random(scenario.seed)
         cap = config.capacity
@@ -63,7 +68,7 @@ class Fleet:
                                self.clients.done)
         for engine in self.engines():
             engine.start(0.0, cold=False)
-            self.gateway.join(engine, 0.0, epoch, cold=False)
+            self.gateway.join(engine, 0.0, self.wall(0.0), cold=False)
         self.events: list[Event] = sorted(scenario.events, key=lambda e: e.at_minute)
         for event in self.events:
             check(event)
@@ -71,6 +76,10 @@ class Fleet:
         self._restarts: list[SimEngine] = []
         self._ramps: list[tuple[Traffic, float, float, float, float]] = []  # traffic, t0, t1, from, to
         self.now = 0.0
+
+    def wall(self, t: float) -> float:
+        """The Unix time simulated second ``t`` stands for (start-time gauges carry it)."""
+        return self.epoch + t / self.speed
 
     # -- building ---------------------------------------------------------------------------------
     def _new_engine(self, model: str, pool: str) -> SimEngine:
@@ -87,7 +96,7 @@ class Fleet:
         engine = self._new_engine(model, pool)
         engine.start(self.now, cold=True)
         target = next(p for p in self.gateway.pools if p.model == model and p.name == pool)
-        self.gateway.add(target, engine, self.now, self.epoch)
+        self.gateway.add(target, engine, self.now, self.wall(self.now))
         return engine
 
     def engines(self) -> list[SimEngine]:
@@ -123,7 +132,7 @@ class Fleet:
                 self._restarts.remove(engine)
                 engine.start(t0, cold=True)
                 engine.draining = False
-                self.gateway.join(engine, t0, self.epoch, cold=True)
+                self.gateway.join(engine, t0, self.wall(t0), cold=True)
         for traffic, r0, r1, a, b in list(self._ramps):
             share = min(1.0, (t0 - r0) / (r1 - r0)) if r1 > r0 else 1.0
             traffic.rate_factor = a + (b - a) * share

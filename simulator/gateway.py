@@ -92,19 +92,19 @@ class Gateway:
                 self.in_flight[engine.instance] = 0
 
     # -- instances ----------------------------------------------------------------------------------
-    def join(self, engine: SimEngine, now: float, epoch: float, cold: bool = True) -> None:
-        """An instance (new or restarted) registers with the gateway."""
+    def join(self, engine: SimEngine, now: float, start_time: float, cold: bool = True) -> None:
+        """An instance (new or restarted) registers with the gateway; ``start_time`` is its Unix start time."""
         state = COLD if cold else HEALTHY
         self.health[engine.instance] = InstanceHealth(state)
         self.metrics.health.instance_started(engine.instance, model=engine.model, pool=engine.pool,
-                                             start_time=epoch + now, state=state)
+                                             start_time=start_time, state=state)
 
-    def add(self, pool: Pool, engine: SimEngine, now: float, epoch: float) -> None:
+    def add(self, pool: Pool, engine: SimEngine, now: float, start_time: float) -> None:
         pool.engines.append(engine)
         self.pool_of[engine.instance] = pool
         self.engines[engine.instance] = engine
         self.in_flight[engine.instance] = 0
-        self.join(engine, now, epoch)
+        self.join(engine, now, start_time)
 
     def _set(self, engine: SimEngine, state: str) -> None:
         self.health[engine.instance].state = state

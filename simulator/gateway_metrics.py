@@ -15,6 +15,8 @@ proves both expose the same series. Instance health goes through the real :class
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -112,6 +114,9 @@ class GatewayMetrics:
         self.registry.register(self.series)
         self.health = GatewayHealth(self.registry)
         self.rng = random.Random(seed)
+        # Told about every request as it ends, with what ``ended`` got (the real-time demo replays
+        # each one through the real RequestTracer from here).
+        self.on_end: Callable[[SimRequest, str, float, dict[str, Any]], None] | None = None
 
     def _sampling_reason(self, outcome: str) -> str:
         """The tail sampler's reason without its rolling p99 (virtual time keeps no timelines).
@@ -195,3 +200,6 @@ class GatewayMetrics:
         b.output += tokens
         key = (req.model, self._sampling_reason(outcome))
         self.series.timelines[key] = self.series.timelines.get(key, 0.0) + 1
+        if self.on_end is not None:
+            self.on_end(req, outcome, now, {"ttft_s": ttft_s, "tokens": tokens, "gap_s": gap_s,
+                                            "timeout_kind": timeout_kind, "rejection_reason": rejection_reason})

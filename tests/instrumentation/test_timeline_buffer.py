@@ -9,7 +9,7 @@ import time
 import pytest
 
 from infersight import attributes as attr
-from infersight.instrumentation import RequestTracer, timeline
+from infersight.instrumentation import RequestTracer, TracerClock, timeline
 from infersight.signals import request
 from tests.instrumentation.tracing_helpers import make_traced
 
@@ -56,8 +56,10 @@ def test_tpot_of_a_truncated_stream_is_its_true_time_per_token(monkeypatch, usag
     from infersight.instrumentation import tracer as tracer_module
 
     clock = itertools.count(10**12, 1_000_000)  # every reading of the tracer's clock 1 ms after the last
-    monkeypatch.setattr(tracer_module, "_now", lambda: next(clock))
-    traced = make_traced(random_share=1.0, max_timeline_tokens=8)
+    reading = lambda: next(clock)  # noqa: E731
+    monkeypatch.setattr(tracer_module, "_now", reading)  # token()'s hot-path clock
+    traced = make_traced(random_share=1.0, max_timeline_tokens=8,
+                         clock=TracerClock(perf_ns=reading, wall_ns=time.time_ns))
     req = traced.tracer.start(MODEL, instance="e0")
     for _ in range(20):
         req.token()
