@@ -18,6 +18,11 @@ span carrying a 256-token timeline, into: the schema before issue 18 (one stored
 exploded at insert), today's schema (the timeline's text stored once per request span, expanded by
 the llm_token_events view when read), and no token table at all; each with the timeline sent as
 JSON text (our tracer) and as an int array (other SDKs, the Collector).
+``--against REF`` compares this checkout's insert SQL with the one at git REF (e.g. ``main``), side by
+side in one server on the same batch, interleaved rounds: the fixed cost per insert and ClickHouse's
+CPU per span into the Null table and into the full schema, with this/REF ratios. ``--nested-share``
+puts a nested array attribute (depth 2) on that share of requests (this checkout's writer stores
+such a batch in two inserts: the refused one, then the re-encoded one; both are counted here).
 Bounded: one batch per case, three repetitions.
 """
 
@@ -133,13 +138,97 @@ def token_shapes(traces: int, rounds: int = 3) -> None:
         print(f"  {label:<42}{min(values):>12.2f}{min(values) / base:>16.2f}{before / min(values):>13.2f}")
 
 
+def load_ingest_sql(ref: str):
+    """ingest_sql.py as it is at git ``ref``, as a module of its own."""
+    import subprocess
+    import types
+
+    root = Path(__file__).resolve().parent.parent
+    source = subprocess.run(["git", "show", f"{ref}:pipelines/receiver/ingest_sql.py"], cwd=root, check=True,
+                            capture_output=True, text=True).stdout
+    module = types.ModuleType(f"ingest_sql_at_{ref}")
+    exec(compile(source, f"{ref}:pipelines/receiver/ingest_sql.py", "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+def against(traces: int, share: float, ref: str, nested_share: float, rounds: int = 3) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from infersight.pipelines.clickhouse_server import ClickHouseServer
+    from infersight.pipelines.receiver import ingest_sql, otlp
+    from infersight.pipelines.receiver.sink import InsertFailed
+    from infersight.pipelines.schema import ddl, migrations
+    from infersight.pipelines.schema.ddl import SchemaOptions
+
+    bodies = build_requests(traces, share)
+    if nested_share:
+        step = max(1, round(1 / nested_share))
+        for index in range(0, len(bodies), step):
+            req = ExportTraceServiceRequest.FromString(bodies[index])
+            value = req.resource_spans[0].scope_spans[0].spans[0].attributes.add(key="llm.deep").value
+            value.array_value.values.add().array_value.values.add().int_value = 1
+            bodies[index] = req.SerializeToString()
+    spans = traces * 7
+    framed = ingest_sql.frame(bodies)
+    modules = {"this checkout": ingest_sql, ref: load_ingest_sql(ref)}
+    with tempfile.TemporaryDirectory(prefix="infersight-profile-") as tmp, ClickHouseServer(tmp) as server:
+        client = server.client(send_receive_timeout=600)
+        migrations.migrate(client, SchemaOptions(database="full"))
+        client.command("CREATE DATABASE bare")
+        for statement in ddl.traces_table(SchemaOptions(database="bare")):
+            client.command(statement)
+        client.command("CREATE DATABASE nul")
+        client.command(f"CREATE TABLE nul.{ddl.TRACES} AS bare.{ddl.TRACES} ENGINE = Null")
+        pids = [server.proc.pid, *children_of(server.proc.pid)]
+        counter = iter(range(1_000_000))
+
+        def run(module, database: str, data: bytes) -> tuple[float, float]:
+            """Wall seconds and ClickHouse CPU seconds of one insert (two when the first is refused)."""
+            cpu, started = sum(cpu_seconds(p) for p in pids), time.perf_counter()
+            try:
+                client.command(module.insert_query(database), data=data,
+                               settings=module.settings(f"against-{next(counter)}"))
+            except Exception as exc:  # noqa: BLE001 - this checkout's SQL refuses nested values on purpose
+                if module is not ingest_sql or getattr(module, "PYTHON_RENDERS", "") not in str(exc):
+                    raise InsertFailed(str(exc), True) from None
+                again = ingest_sql.frame([otlp.canonical(b) for b in ingest_sql.unframe(data)])
+                client.command(module.insert_query(database), data=again,
+                               settings=module.settings(f"against-{next(counter)}"))
+            return time.perf_counter() - started, sum(cpu_seconds(p) for p in pids) - cpu
+
+        cases = [("fixed cost per insert (empty body), ms", "nul", b""),
+                 ("parse + flatten + render (Null table), CPU us/span", "nul", framed),
+                 ("+ write + views (full schema), CPU us/span", "full", framed)]
+        results: dict[tuple[str, str], list[float]] = {}
+        for _ in range(rounds):  # interleaved: both SQLs run back to back in every round
+            for label, database, data in cases:
+                for name, module in modules.items():
+                    wall, cpu = run(module, database, data)
+                    value = wall * 1000 if not data else 1e6 * cpu / spans
+                    results.setdefault((label, name), []).append(value)
+        client.close()
+    print(f"\n{spans:,} spans in one batch, timelines on {share:.0%} of request spans, nested values on "
+          f"{nested_share:.0%} of requests; best of {rounds}, this checkout against {ref}:")
+    print(f"  {'case':<56}{'this':>10}{ref:>10}{'this/' + ref:>12}")
+    for label, _, _ in cases:
+        this, base = min(results[(label, 'this checkout')]), min(results[(label, ref)])
+        print(f"  {label:<56}{this:>10.2f}{base:>10.2f}{this / base:>12.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", type=int, default=14_300, help="traces in the batch (7 spans each)")
     parser.add_argument("--timeline-share", type=float, nargs="+", default=[0.0, 0.1, 1.0])
     parser.add_argument("--token-shapes", action="store_true",
                         help="instead: compare the token table shapes (before and now) by ClickHouse CPU per span")
+    parser.add_argument("--against", metavar="REF", help="instead: compare the insert SQL with the one at git REF")
+    parser.add_argument("--nested-share", type=float, default=0.0,
+                        help="with --against: share of requests carrying a nested array attribute (default 0)")
     args = parser.parse_args()
+    if args.against:
+        for share in args.timeline_share:
+            against(args.traces, share, args.against, args.nested_share)
+        return 0
     if args.token_shapes:
         token_shapes(args.traces)
         return 0

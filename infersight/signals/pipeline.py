@@ -25,6 +25,10 @@ INSERT_DURATION = declare("infersight_pipeline_insert_duration_seconds", Kind.HI
                           "ClickHouse insert latency per batch.", PRODUCER, INSERT_BUCKETS)
 INSERT_RETRIES = declare("infersight_pipeline_insert_retries_total", Kind.COUNTER, "", (),
                          "Insert attempts retried after a failure.", PRODUCER)
+REENCODED_BATCHES = declare("infersight_pipeline_reencoded_batches_total", Kind.COUNTER, "", (),
+                            "Batches ClickHouse refused once and took re-encoded, their array and map values "
+                            "rendered in Python (nested arrays or maps, NaN in an array, fields upb tolerated).",
+                            PRODUCER)
 SPOOL_BYTES = declare("infersight_pipeline_spool_bytes", Kind.GAUGE, "bytes", (),
                       "Bytes in the on-disk spool awaiting replay.", PRODUCER)
 SPOOL_BATCHES = declare("infersight_pipeline_spool_batches", Kind.GAUGE, "", (),

@@ -79,13 +79,56 @@ def environment(config: Config) -> dict[str, str]:
         "OTLP_HTTP_ENDPOINT": config.listeners.otlp_http,
         "CLICKHOUSE_ENDPOINT": endpoint,
         "CLICKHOUSE_DATABASE": database,
-        "CLICKHOUSE_USERNAME": dsn.user or "default",
-        "CLICKHOUSE_PASSWORD": "${env:CLICKHOUSE_PASSWORD}",  # a secret: left to the Collector's environment
+        "CLICKHOUSE_USERNAME": exporter_user(dsn),
+        "CLICKHOUSE_PASSWORD": _password_source(dsn),  # a secret: never written into the config itself
         "SLOW_TRACE_MS": str(int(config.slo.ttft_seconds * 10_000)),
         "HEALTH_CHECK_ENDPOINT": "127.0.0.1:13133",
         "QUEUE_DIRECTORY": "/var/lib/otelcol/queue",
         "TIER2_HOSTNAME": "otelcol-tier2",
     }
+
+
+def exporter_user(dsn: dsn_mod.Dsn) -> str:
+    """The DSN's user, else the writer: ``infersight up``'s store has no usable ``default`` user (DESIGN 11)."""
+    from infersight.pipelines import clickhouse_users
+
+    return dsn.user or clickhouse_users.USERS[clickhouse_users.WRITER]
+
+
+def _plain_password_file(dsn: dsn_mod.Dsn) -> str | None:
+    """The DSN's password_file when it holds the password alone (not our two-role credentials file)."""
+    if not dsn.password_file:
+        return None
+    try:
+        text = Path(dsn.password_file).expanduser().read_text()
+    except OSError:
+        return dsn.password_file  # not on this host: the Collector's host has it (as the DSN says)
+    return None if text.lstrip().startswith("{") else dsn.password_file
+
+
+def _password_source(dsn: dsn_mod.Dsn) -> str:
+    """``${file:PATH}`` for a plain password file (the Collector's file provider reads it), else
+    ``${env:CLICKHOUSE_PASSWORD}``, for the Collector's environment."""
+    plain = _plain_password_file(dsn)
+    return f"${{file:{Path(plain).expanduser()}}}" if plain else "${env:CLICKHOUSE_PASSWORD}"
+
+
+def _password_note(config: Config, dsn: dsn_mod.Dsn) -> str:
+    from infersight.pipelines import clickhouse_users
+
+    user = exporter_user(dsn)
+    if _plain_password_file(dsn):
+        return (f"# clickhouse exporter: user {user}, password read from {dsn.password_file} by the Collector\n"
+                "#   (its file provider; the file must exist on the Collector's host).")
+    role = next((name for name, known in clickhouse_users.USERS.items() if known == user), None)
+    where = dsn.password_file or str(clickhouse_users.credentials_path(config.clickhouse.data_dir))
+    if role:
+        hint = (f"its password, the \"{role}\" entry of {where}, e.g.\n"
+                f"#   export CLICKHOUSE_PASSWORD=\"$(jq -r .{role}.password {where})\"")
+    else:
+        hint = "its password."
+    return (f"# clickhouse exporter: user {user}. Set CLICKHOUSE_PASSWORD in the Collector's environment to\n"
+            f"#   {hint}")
 
 
 def render(config: Config, name: str = "collector") -> str:
@@ -100,6 +143,8 @@ def render(config: Config, name: str = "collector") -> str:
     template = FILES[name].read_text()
     document = yaml.safe_load(ENV.sub(lambda m: values[m.group(1)], template))
     notes = []
+    if "clickhouse" in (document.get("exporters") or {}):
+        notes.append(_password_note(config, dsn_mod.parse(config.clickhouse.dsn, must_exist=False)))
     if not config.pipeline.store_content:
         add_content_filter(document)
         notes.append(f"# {CONTENT_PROCESSOR}: prompt and completion attributes dropped (pipeline.store_content is "

@@ -13,7 +13,16 @@ types) but shaped for ClickHouse:
 - ``AnyValue``'s oneof members are declared ``repeated``: an absent member reads as an empty array,
   so the SQL can tell ``int_value = 0`` from "not an int" (ClickHouse has no presence for scalars);
 - ``AnyValue`` is not recursive (ClickHouse cannot map recursive messages): arrays and maps are
-  rendered one level deep, deeper nesting renders as ``null``;
+  rendered one level deep here. An element that is itself an array or a map (depth 2 and more, rare)
+  lands in ``ScalarValue``'s ``nested_array``/``nested_kvlist`` (its raw bytes) and the SQL refuses
+  the batch with ``throwIf`` (code 395, :data:`PYTHON_RENDERS`); so it does for the other values it
+  cannot write exactly as Go does (a NaN or an infinity, a control character ClickHouse escapes in
+  upper-case hex where Go writes ``\u001f``, inside an array or map value). The refusal comes before
+  any row is written: the whole body is one block (``input_format_max_block_size_bytes`` is 0 and a
+  batch holds far fewer messages than ``max_insert_block_size``), evaluated before the write. The
+  writer then inserts the batch again with every array and map value rendered to its text in Python
+  (:func:`otlp.canonical`). The common case pays two empty array columns and one condition per
+  element of an array or map value, nothing per span;
 - fields we do not store (dropped counts, flags, schema URLs) are left out and skipped.
 """
 
@@ -32,6 +41,9 @@ message ScalarValue {
   repeated int64 int_value = 3 [packed = false];
   repeated double double_value = 4 [packed = false];
   repeated bytes bytes_value = 7;
+  // An array or a map inside an array or map (depth 2): its bytes, only to refuse it (see above).
+  repeated bytes nested_array = 5;
+  repeated bytes nested_kvlist = 6;
 }
 message ScalarArray { repeated ScalarValue values = 1; }
 message ScalarKeyValue { string key = 1; ScalarValue value = 2; }
@@ -64,7 +76,8 @@ message ExportTraceServiceRequest { repeated ResourceSpans resource_spans = 1; }
 # The same shape as ClickHouse column types, for input('...') / file('...').
 _SCALARS = ("string_value Array(String), bool_value Array(Bool), int_value Array(Int64), "
             "double_value Array(Float64)")
-_SCALAR = f"Tuple({_SCALARS}, bytes_value Array(String))"
+_SCALAR = (f"Tuple({_SCALARS}, bytes_value Array(String), nested_array Array(String), "
+           "nested_kvlist Array(String))")
 _ANY = (f"Tuple({_SCALARS}, array_value Array(Tuple(values Array({_SCALAR}))), "
         f"kvlist_value Array(Tuple(values Array(Tuple(key String, value {_SCALAR})))), bytes_value Array(String))")
 _ATTRIBUTES = f"Array(Tuple(key String, value {_ANY}))"
@@ -76,6 +89,8 @@ _SPAN = (f"Tuple(trace_id String, span_id String, trace_state String, parent_spa
 STRUCTURE = (f"resource_spans Array(Tuple(resource Tuple(attributes {_ATTRIBUTES}), "
              f"scope_spans Array(Tuple(scope Tuple(name String, version String), spans Array({_SPAN})))))")
 
+# The throwIf message of a value this SQL leaves to Python (see the module docstring).
+PYTHON_RENDERS = "infersight: an attribute value to render in Python"
 SPAN_KINDS = "['Unspecified', 'Internal', 'Server', 'Client', 'Producer', 'Consumer']"
 STATUS_CODES = "['Unset', 'Ok', 'Error']"
 
@@ -166,11 +181,9 @@ def _render(v: str) -> str:
     return (f"multiIf(notEmpty({v}.string_value), {v}.string_value[1], "
             f"notEmpty({v}.int_value), toString({v}.int_value[1]), "
             f"notEmpty({v}.bool_value), if({v}.bool_value[1], 'true', 'false'), "
-            f"notEmpty({v}.double_value), {_double(v + '.double_value[1]')}, "
+            f"notEmpty({v}.double_value), {_top_double(v + '.double_value[1]')}, "
             f"notEmpty({v}.array_value), {_render_array(v + '.array_value[1].values')}, "
-            # Go's encoding/json writes a map's keys sorted, as AsString() of a map does.
-            f"notEmpty({v}.kvlist_value), concat('{{', arrayStringConcat(arrayMap(p -> concat(toJSONString(p.key), "
-            f"':', {_scalar_json('p.value')}), arraySort(p -> p.key, {v}.kvlist_value[1].values)), ','), '}}'), "
+            f"notEmpty({v}.kvlist_value), {_render_map(v + '.kvlist_value[1].values')}, "
             f"notEmpty({v}.bytes_value), base64Encode({v}.bytes_value[1]), '')")
 
 
@@ -181,18 +194,52 @@ def _render_array(values: str) -> str:
     return f"if(length({ints}) = length({values}), toString({ints}), {general})"
 
 
+def _render_map(pairs: str) -> str:
+    # Go's encoding/json writes a map's keys sorted (byte order, as arraySort compares strings). A key
+    # given twice (invalid OTLP) is written twice here; Go keeps its last value.
+    return (f"concat('{{', arrayStringConcat(arrayMap(p -> concat({_json_string('p.key')}, ':', "
+            f"{_scalar_json('p.value')}), arraySort(p -> p.key, {pairs})), ','), '}}')")
+
+
 def _scalar_json(v: str) -> str:
-    return (f"multiIf(notEmpty({v}.string_value), toJSONString({v}.string_value[1]), "
+    """An element of an array or map value as Go's encoding/json writes it (pdata's ``AsRaw()``)."""
+    bytes_, double = f"{v}.bytes_value[1]", f"{v}.double_value[1]"
+    return (f"multiIf(notEmpty({v}.string_value), {_json_string(v + '.string_value[1]')}, "
             f"notEmpty({v}.int_value), toString({v}.int_value[1]), "
             f"notEmpty({v}.bool_value), if({v}.bool_value[1], 'true', 'false'), "
-            f"notEmpty({v}.double_value), {_double(v + '.double_value[1]')}, "
-            f"notEmpty({v}.bytes_value), toJSONString(base64Encode({v}.bytes_value[1])), 'null')")
+            # Go's encoder fails on NaN and infinities, and AsString() then returns "" for the whole value.
+            f"notEmpty({v}.double_value), {_double(_unless(f'NOT isFinite({double})', double))}, "
+            # An empty byte string is a nil []byte after AsRaw(): JSON null.
+            f"notEmpty({v}.bytes_value), if(empty({bytes_}), 'null', toJSONString(base64Encode({bytes_}))), "
+            # An empty value is null; an array or a map here (depth 2) is left to Python.
+            f"substring('null', {_unless(f'notEmpty({v}.nested_array) OR notEmpty({v}.nested_kvlist)', '1')}))")
+
+
+def _json_string(s: str) -> str:
+    # ClickHouse writes these control characters as upper-case \u00XX, Go as lower-case: left to Python.
+    return f"toJSONString(substring({s}, {_unless(f'match({s}, {_CONTROL})', '1')}))"
+
+
+_CONTROL = "'[\\x0B\\x0E\\x0F\\x1A-\\x1F]'"
+
+
+def _unless(condition: str, value: str) -> str:
+    """``value`` (a number), made an error where ``condition`` holds: the writer then renders the batch's
+    arrays and maps in Python instead. ``throwIf`` is 0 otherwise and subtracting it changes nothing (not
+    even -0.0); it costs the analyzer a few nodes, and its argument is per row, so it is never folded."""
+    return f"({value} - throwIf({condition}, {_literal(PYTHON_RENDERS)}))"
 
 
 def _double(x: str) -> str:
     """A float as Go's encoding/json writes it: ClickHouse's shortest form plus the exponent sign Go adds
     (1e21 -> 1e+21; negative exponents already match: 1e-7)."""
     return f"replaceRegexpOne(toString({x}), 'e([0-9])', 'e+\\\\1')"
+
+
+def _top_double(x: str) -> str:
+    """pdata's ``float64AsString``: as JSON writes it, and ``NaN``, ``Infinity``, ``-Infinity`` (which
+    ClickHouse writes ``nan``, ``inf``, ``-inf``)."""
+    return f"transform(toString({x}), ['nan', 'inf', '-inf'], ['NaN', 'Infinity', '-Infinity'], {_double(x)})"
 
 
 def _literal(text: str) -> str:

@@ -22,6 +22,7 @@ class PipelineMetrics:
         self.batch_rows = sig.BATCH_ROWS.register(r).labels(table=TRACES)
         self.insert_duration = sig.INSERT_DURATION.register(r).labels(table=TRACES)
         self.retries = sig.INSERT_RETRIES.register(r)
+        self.reencoded = sig.REENCODED_BATCHES.register(r)
         self.spool_bytes = sig.SPOOL_BYTES.register(r)
         self.spool_batches = sig.SPOOL_BATCHES.register(r)
         self.replayed = sig.REPLAYED_BATCHES.register(r)

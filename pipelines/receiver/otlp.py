@@ -79,16 +79,37 @@ def decode_json(body: bytes, max_attribute_length: int) -> Decoded:
 
 
 def canonical(payload: bytes) -> bytes:
-    """The request re-encoded without unknown fields.
+    """The request re-encoded in the form ClickHouse always takes, storing the same text.
 
-    upb keeps a field whose wire type does not match its number as an unknown field; ClickHouse's
-    stricter parser refuses the whole message (code 436). Re-encoding costs ~1 us per span, so it is
-    done only off the hot path: before a batch is spooled (acknowledged data must replay) and when
-    ClickHouse has refused a request once.
+    - Without unknown fields: upb keeps a field whose wire type does not match its number as an
+      unknown field; ClickHouse's stricter parser refuses the whole message (code 436).
+    - Every array and map attribute value (span, resource, event, link) replaced by its text,
+      :func:`render_any_value`: the insert SQL renders only one level and refuses what it cannot
+      write as Go does (nested arrays and maps, NaN in an array ...; see ingest_sql). A string
+      attribute is stored as it is, so the stored text is the same.
+
+    Re-encoding costs a few us per span, so it is done only off the hot path: before a batch is
+    spooled (acknowledged data must replay) and when ClickHouse has refused a batch once.
     """
     request = ExportTraceServiceRequest.FromString(payload)
     request.DiscardUnknownFields()
+    for resource_spans in request.resource_spans:
+        _render_containers(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                _render_containers(span.attributes)
+                for event in span.events:
+                    _render_containers(event.attributes)
+                for link in span.links:
+                    _render_containers(link.attributes)
     return request.SerializeToString()
+
+
+def _render_containers(attributes) -> None:
+    for item in attributes:
+        value = item.value
+        if value.WhichOneof("value") in ("array_value", "kvlist_value"):
+            value.string_value = render_any_value(value)
 
 
 def response_bytes(rejected: int, message: str = "", as_json: bool = False) -> bytes:
@@ -164,9 +185,13 @@ def _truncate_attributes(attributes, max_length: int) -> int:
 def render_any_value(value) -> str:
     """An AnyValue as the OTel Collector's exporter writes it: pdata's ``Value.AsString()``.
 
-    Strings as they are, integers in decimal, booleans true/false, floats as Go's encoding/json writes
-    them (shortest form, exponent only below 1e-6 or from 1e21: ``1e+21``, ``1e-7``), bytes as base64,
-    arrays and maps as JSON (map keys sorted, no HTML escaping), any depth.
+    As in opentelemetry-collector pdata/pcommon/value.go (AsString, float64AsString,
+    marshalJSONNoHTMLEscape; map.go and slice.go AsRaw): strings as they are, integers in decimal,
+    booleans true/false, floats as Go's encoding/json writes them (shortest form, exponent only below
+    1e-6 or from 1e21: ``1e+21``, ``1e-7``; ``NaN``, ``Infinity``, ``-Infinity``), bytes as base64,
+    arrays and maps as JSON at any depth: map keys sorted by their bytes, a repeated key keeps its
+    last value, no HTML escaping, an empty value and an empty byte string inside are ``null``, and
+    an array or map holding a NaN or an infinity is ``""`` (Go's encoder fails on them).
     """
     kind = value.WhichOneof("value")
     if kind == "string_value":
@@ -180,16 +205,23 @@ def render_any_value(value) -> str:
     if kind == "bytes_value":
         return base64.b64encode(value.bytes_value).decode()
     if kind in ("array_value", "kvlist_value"):
-        return _json(value)
+        try:
+            return _json(value)
+        except _NotJson:
+            return ""
     return ""
+
+
+class _NotJson(ValueError):
+    """A value Go's encoding/json refuses (NaN, infinities)."""
 
 
 def go_float(number: float) -> str:
     """``float64AsString`` of pdata (the ES6 number formatting of Go's encoding/json)."""
     if math.isnan(number):
-        return "json: unsupported value: NaN"
+        return "NaN"
     if math.isinf(number):
-        return "json: unsupported value: " + ("+Inf" if number > 0 else "-Inf")
+        return "Infinity" if number > 0 else "-Infinity"
     digits = decimal.Decimal(repr(number)).normalize()
     magnitude = abs(number)
     if magnitude != 0 and (magnitude < 1e-6 or magnitude >= 1e21):
@@ -210,9 +242,12 @@ def _json(value) -> str:
     if kind == "string_value":
         return _json_string(value.string_value)
     if kind == "bytes_value":
-        return _json_string(base64.b64encode(value.bytes_value).decode())
+        # AsRaw() copies the bytes into a nil slice: an empty one stays nil, which JSON writes as null.
+        return _json_string(base64.b64encode(value.bytes_value).decode()) if value.bytes_value else "null"
     if kind is None:
         return "null"
+    if kind == "double_value" and not math.isfinite(value.double_value):
+        raise _NotJson(value.double_value)
     return render_any_value(value)
 
 

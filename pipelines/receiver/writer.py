@@ -202,7 +202,23 @@ class Writer:
             self._to_spool(batch, framed, token, spans)
             return
         try:
-            self._insert_with_retries(framed, token, spans)
+            try:
+                self._insert_with_retries(framed, token, spans)
+            except InsertFailed as exc:
+                if not exc.permanent:
+                    raise
+                # Refused while parsing or rendering, before any row was written (ingest_sql): nested
+                # arrays or maps, values SQL cannot write as Go does, fields upb tolerated. The whole
+                # batch once more in canonical form (values rendered in Python), then one by one.
+                canonical_framed = frame([canonical(r.payload) for r in batch])
+                try:
+                    self._insert_with_retries(canonical_framed, f"{token}.c", spans)
+                except InsertFailed as again:
+                    if again.permanent:
+                        self._write_one_by_one(batch, token, again)
+                        return
+                    raise
+                self.metrics.reencoded.inc()
         except InsertFailed as exc:
             if exc.permanent:
                 self._write_one_by_one(batch, token, exc)

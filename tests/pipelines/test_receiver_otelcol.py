@@ -35,12 +35,65 @@ def test_shipped_configs_are_clean_and_render_from_infersight_yaml(name):
 
 @pytest.mark.parametrize(("dsn", "endpoint", "database", "user"), [
     ("https://infersight_writer@ch.internal/traces", "https://ch.internal:8443", "traces", "infersight_writer"),
-    ("http://[::1]:9123/db", "http://[::1]:9123", "db", "default"),
+    # No user in the DSN: the writer of `infersight up`'s store, which has no usable `default` user.
+    ("http://[::1]:9123/db", "http://[::1]:9123", "db", "infersight_writer"),
 ])
 def test_the_exporter_endpoint_comes_from_the_parsed_dsn(dsn, endpoint, database, user):
     """The DSN is read by infersight.dsn, as everywhere: https's default port, IPv6 brackets, the user."""
     exporter = yaml.safe_load(render(Config.model_validate({"clickhouse": {"dsn": dsn}})))["exporters"]["clickhouse"]
     assert (exporter["endpoint"], exporter["database"], exporter["username"]) == (endpoint, database, user)
+
+def test_the_exporter_password_comes_from_a_password_file_or_the_environment(tmp_path):
+    plain = tmp_path / "ch-password"
+    plain.write_text("s3cret\n")
+    ours = tmp_path / "credentials.json"
+    ours.write_text('{"writer": {"user": "infersight_writer", "password": "x"}}')
+
+    def exporter(dsn: str) -> tuple[dict, str]:
+        text = render(Config.model_validate({"clickhouse": {"dsn": dsn, "data_dir": str(tmp_path)}}))
+        return yaml.safe_load(text)["exporters"]["clickhouse"], text
+
+    conf, text = exporter(f"https://ops@ch.internal/traces?password_file={plain}")
+    assert (conf["username"], conf["password"]) == ("ops", f"${{file:{plain}}}")  # the Collector's file provider
+    assert "s3cret" not in text
+    conf, text = exporter(f"https://infersight_writer@ch.internal/traces?password_file={ours}")
+    assert conf["password"] == "${env:CLICKHOUSE_PASSWORD}"  # a JSON file of two roles is no password
+    assert f'"writer" entry of {ours}' in text
+    conf, text = exporter("http://127.0.0.1:8123/default")
+    assert (conf["username"], conf["password"]) == ("infersight_writer", "${env:CLICKHOUSE_PASSWORD}")
+    assert f"jq -r .writer.password {tmp_path / 'credentials.json'}" in text
+
+
+@pytest.mark.real
+def test_the_rendered_exporter_user_can_write_to_the_embedded_store(clickhouse_server, clickhouse_database):
+    """What the rendered config tells the Collector (user, and the password its note points to) is accepted
+    by `infersight up`'s store for an insert into otel_traces; the user the config used to default to is not."""
+    import clickhouse_connect
+
+    from infersight.pipelines import clickhouse_users
+    from infersight.pipelines.schema import migrations
+    from infersight.pipelines.schema.ddl import SchemaOptions
+
+    admin = clickhouse_server.client()
+    migrations.migrate(admin, SchemaOptions(database=clickhouse_database))
+    admin.close()
+    config = Config.model_validate({"clickhouse": {"dsn": f"{clickhouse_server.url}/{clickhouse_database}",
+                                                   "data_dir": str(clickhouse_server.data_dir)}})
+    conf = yaml.safe_load(render(config))["exporters"]["clickhouse"]
+    password = clickhouse_users.load(clickhouse_server.data_dir).role(clickhouse_users.WRITER).password
+
+    def insert(user: str, secret: str) -> None:
+        client = clickhouse_connect.get_client(host=clickhouse_server.host, port=clickhouse_server.port,
+                                               username=user, password=secret, database=conf["database"])
+        try:
+            client.command(f"INSERT INTO {ddl.TRACES} (TraceId, SpanId, ServiceName) VALUES ('t', 's', 'otelcol')")
+        finally:
+            client.close()
+
+    insert(conf["username"], password)
+    with pytest.raises(Exception, match="Authentication failed|AUTHENTICATION_FAILED|REQUIRED_PASSWORD|516"):
+        insert("default", "")
+
 
 def test_our_receiver_and_the_collector_write_the_same_columns():
     query = ingest_sql.insert_query("default")
