@@ -72,11 +72,13 @@ PYTHON_CASES = {
     "nested_empty": ([[None], {"e": None}], '[[null],{"e":null}]'),
     "nan_in_array": ([1.0, NAN], ""),
     "inf_deep_in_map": ({"a": [1, {"b": -INF}]}, ""),
-    "control_in_array": (["a\x1fb", "\x0b"], '["a\\u001fb","\\u000b"]'),
-    "control_in_key": ({"k\x1e": 1}, '{"k\\u001e":1}'),
 }
 # Invalid OTLP the SQL writes as it comes (a repeated key inside a map value): Python keeps Go's last value.
-PYTHON_ONLY = {"repeated_key": ([("k", 1), ("j", "x"), ("k", 2)], '{"j":"x","k":2}')}  # pairs: a map
+# So are control characters 0x0B, 0x0E, 0x0F, 0x1A-0x1F inside an array or map: Go writes lower-case \u00xx,
+# ClickHouse upper-case (a check in SQL would add to the query analysis of every insert).
+PYTHON_ONLY = {"repeated_key": ([("k", 1), ("j", "x"), ("k", 2)], '{"j":"x","k":2}'),  # pairs: a map
+               "control_in_array": (["a\x1fb", "\x0b"], '["a\\u001fb","\\u000b"]'),
+               "control_in_key": ({"k\x1e": 1}, '{"k\\u001e":1}')}
 
 
 def _any(value):
