@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -181,7 +183,7 @@ def growth(server: ClickHouseServer, args) -> int:
              - dt.timedelta(microseconds=step_us * max(args.sizes))).replace(microsecond=0)
     middle = start + dt.timedelta(hours=6)
     window10, hour = (middle, middle + dt.timedelta(minutes=10)), (middle, middle + dt.timedelta(hours=1))
-    loaded, trace, table = 0, None, {}
+    loaded, trace, table, load_average = 0, None, {}, {}
     for size in sorted(args.sizes):
         begin = time.perf_counter()
         client.command(generate_spans(db, size - loaded, start, 0, first=loaded, step_us=step_us))
@@ -191,8 +193,8 @@ def growth(server: ClickHouseServer, args) -> int:
         parts, disk = client.query("SELECT count(), sum(bytes_on_disk) FROM system.parts WHERE database = {db:String} "
                                    "AND active", parameters={"db": db}).result_rows[0]
         print(f"{size:>12,} request spans ({tokens:,} kept timelines, {tokens * TOKENS:,} token rows through the view; "
-              f"{parts} active parts, {disk / size:.0f} B on disk per request span): added in {load_s:.1f} s",
-              flush=True)
+              f"{parts} active parts, {disk / size:.0f} B on disk per request span): added in {load_s:.1f} s "
+              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)", flush=True)
         if trace is None:
             trace = client.query(f"SELECT TraceId FROM `{db}`.otel_traces WHERE Timestamp >= {{t:DateTime64(9)}} AND "
                                  f"mapContains(SpanAttributes, {literal(attr.TOKEN_OFFSETS_US)}) LIMIT 1",
@@ -207,6 +209,11 @@ def growth(server: ClickHouseServer, args) -> int:
                                                                                      min_gap_ms=1000.0),
         }
         table[size] = {name: median_ms(action, args.runs) for name, action in actions.items()}
+        load_average[size] = os.getloadavg()[0]
+        if load_s > args.load_limit:
+            print(f"stopping: adding up to {size:,} took {load_s:.0f} s, past --load-limit {args.load_limit:.0f} s",
+                  flush=True)
+            break
     sizes = sorted(table)
     print(f"\nmedian of {args.runs} runs, ms (client over HTTP, unmerged parts as loaded); growth x against "
           f"{sizes[0]:,}")
@@ -217,6 +224,7 @@ def growth(server: ClickHouseServer, args) -> int:
         met = all(v <= goal for v in values) and (kind != "point" or factor <= 2.0)
         print(f"{name:44}{goal:>6}" + "".join(f"{v:>14.1f}" for v in values) + f"{factor:>8.2f}x  "
               f"{'yes' if met else 'NO'} ({kind})")
+    print(f"{'load average (1 min) while timed':50}" + "".join(f"{load_average[size]:>14.1f}" for size in sizes))
     return 0
 
 
@@ -228,15 +236,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", help="ClickHouse data folder (default: a temporary one)")
     parser.add_argument("--sizes", type=int, nargs="+", metavar="SPANS",
                         help="growth mode: request spans after each load, e.g. 1000000 3000000 10000000")
+    parser.add_argument("--load-limit", type=float, default=600.0, metavar="SECONDS",
+                        help="growth mode: stop after the size whose load took longer than this (default 600)")
     args = parser.parse_args(argv)
     if args.sizes and (min(args.sizes) < 10_000 or len(set(args.sizes)) != len(args.sizes)):
         parser.error("--sizes: distinct sizes of at least 10000 request spans")
 
-    server = ClickHouseServer(args.data_dir or tempfile.mkdtemp(prefix="infersight-bench-")).start()
+    data_dir = args.data_dir or tempfile.mkdtemp(prefix="infersight-bench-")
+    server = ClickHouseServer(data_dir).start()
     try:
         return growth(server, args) if args.sizes else run(server, args)
     finally:
         server.stop()
+        if not args.data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)  # gigabytes at 10M spans
 
 
 def run(server: ClickHouseServer, args) -> int:
