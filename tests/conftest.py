@@ -2,6 +2,11 @@
 
 A test that needs a real component calls :func:`require_tool`. On a developer's laptop without
 it the test skips; under ``CI=true`` it fails, so a green CI run never hides a missing install.
+
+Such a test carries the ``real`` marker: tests using a real-component fixture (:data:`REAL_FIXTURES`)
+get it here, the others say ``@pytest.mark.real`` themselves. ``make test-fast`` runs the rest
+(``-m "not real"``) with ``INFERSIGHT_TEST_FAST=1``, under which :func:`require_tool` and
+:func:`require_chdb` fail: a real test left unmarked shows up at once instead of slowing the lane.
 """
 
 from __future__ import annotations
@@ -21,10 +26,26 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+FAST_LANE = os.environ.get("INFERSIGHT_TEST_FAST", "").lower() in ("1", "true", "yes")
+# Fixtures that start a real component: a test that uses one is marked `real`.
+REAL_FIXTURES = frozenset({"prometheus_server", "clickhouse_server", "clickhouse_database", "clickhouse_schema",
+                           "clickhouse_private_server", "vllm", "vllm_session"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if REAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real)
+
+
+def _not_in_the_fast_lane(component: str) -> None:
+    if FAST_LANE:
+        pytest.fail(f"this test needs {component}: mark it @pytest.mark.real (make test-fast runs only the others)")
 
 
 def require_tool(name: str) -> str:
     """Path of the executable ``name``; skip locally, fail under CI when it is missing."""
+    _not_in_the_fast_lane(name)
     path = shutil.which(name)
     if path is None:
         message = (f"{name} not found on PATH (Debian: apt-get install --no-install-recommends "
@@ -126,6 +147,7 @@ def prometheus_server():
 
 def require_chdb() -> None:
     """Skip locally, fail under CI, when chdb-core (the embedded ClickHouse) is not installed."""
+    _not_in_the_fast_lane("ClickHouse")
     try:
         import chdb._chdb  # noqa: F401
     except ImportError as exc:

@@ -19,6 +19,7 @@ WITHOUT_SECRETS = {"critical": "ticket", "warning": "ticket", "info": "null"}
 SIGNALS = ("scale_out", "circuit_breaker", "overload", "slo", "gpu", "cache", "pipeline")
 
 
+@pytest.mark.real
 def test_amtool_check_config_is_clean(default_build, custom_build):
     require_tool("amtool")
     for built, receivers in ((default_build, 4), (custom_build, 6)):
@@ -29,6 +30,7 @@ def test_amtool_check_config_is_clean(default_build, custom_build):
 
 @pytest.mark.parametrize("severity", ["critical", "warning", "info"])
 @pytest.mark.parametrize("signal", SIGNALS)
+@pytest.mark.real
 def test_routes_by_signal_and_severity(custom_build, signal, severity):
     require_tool("amtool")
     got = tools.route_receivers(custom_build.alertmanager, {"signal": signal, "severity": severity,
@@ -36,6 +38,7 @@ def test_routes_by_signal_and_severity(custom_build, signal, severity):
     assert got == [*FIRST.get(signal, []), WITH_SECRETS[severity]]
 
 
+@pytest.mark.real
 def test_every_generated_alert_routes_as_its_labels_say(default_build):
     """Without secret files, pages and warnings fall back to the ticket webhook; automation still runs."""
     require_tool("amtool")
@@ -50,6 +53,7 @@ def test_every_generated_alert_routes_as_its_labels_say(default_build):
         assert got == [*FIRST.get(key[0], []), WITHOUT_SECRETS[key[1]]], alert.name
 
 
+@pytest.mark.real
 def test_alerts_without_severity_still_reach_someone(default_build):
     require_tool("amtool")
     assert tools.route_receivers(default_build.alertmanager, {"alertname": "Unlabelled"}) == ["ticket"]
@@ -75,6 +79,7 @@ def test_inhibitions_name_existing_alerts(default_build):
                 assert set(value.lstrip("~").strip('"').split("|")) <= names, matcher
 
 
+@pytest.mark.real
 def test_cold_start_thrash_and_cascade_route_apart(custom_build):
     """Cold start vs cascade: the thrash tickets the gateway webhook and Slack (slow-start the new
     instances); the cascade pages. A cascade silences per-instance latency only in its own pool."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from infersight.cli import main
@@ -23,6 +24,7 @@ def test_build_writes_rules_alertmanager_and_tests(tmp_path, capsys):
     assert am["route"]["routes"][0]["receiver"] == "autoscaler"
 
 
+@pytest.mark.real
 def test_build_check_runs_promtool_and_amtool(tmp_path, capsys):
     require_tool("promtool")
     require_tool("amtool")

@@ -12,6 +12,8 @@ import pytest
 
 from tests.conftest import free_port, require_tool, wait_http
 
+pytestmark = pytest.mark.real  # a real Alertmanager
+
 
 @pytest.fixture
 def alertmanager(default_build, tmp_path):

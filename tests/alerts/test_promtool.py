@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 import yaml
 
 from infersight.alerts import tools
 from tests.conftest import require_tool
+
+pytestmark = pytest.mark.real  # promtool
 
 
 def test_promtool_check_rules_is_clean(default_build, custom_build):

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from infersight.alerts.model import Expected
 from infersight.collectors.gateway.normalize import normalize
 from tests.alerts.from_sources import alert, input_series, run_cases
 from tests.collectors.test_gateway_sources import EPP_NOW
 from tests.conftest import require_tool
+
+pytestmark = pytest.mark.real  # promtool
 
 QUEUE_LINE = re.compile(r'^((?:llm_d_epp|inference_extension)_flow_control_queue_size\{fairness_id="(team-[ab])",'
                         r'[^}]*inference_pool="qwen-pool"[^}]*\}) \S+$', re.M)

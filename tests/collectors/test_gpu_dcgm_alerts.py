@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from infersight.alerts.model import Expected
 from infersight.alerts.rules.common import engine_labels
 from infersight.alerts.series import ramp
@@ -17,6 +19,8 @@ from infersight.signals import engine
 from tests.alerts.from_sources import alert, input_series, run_cases
 from tests.collectors.test_gpu_dcgm import DEFAULT
 from tests.conftest import require_tool
+
+pytestmark = pytest.mark.real  # promtool
 
 NODE = "gpu-node-01"
 GPU0 = {"node": NODE, "gpu": "0", "uuid": "GPU-8b2281de-6d3c-22ed-0ec8-d3b864870b8b",

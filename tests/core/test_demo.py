@@ -3,11 +3,14 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from infersight.cli import main
 from infersight.commands.demo import STALL_MS
 from infersight.commands.demo_fleet import STALLED_INSTANCE
 
 
+@pytest.mark.real
 def test_demo_finds_the_incident_it_stages(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--requests", "60", "--format", "json"]) == 0

@@ -6,9 +6,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.real  # the real pip and setuptools build backend, ~15 s
 def test_wheel_maps_component_folders(tmp_path):
     # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
     source = tmp_path / "src"

@@ -70,6 +70,7 @@ def test_bad_input_is_a_clear_error(capsys, tmp_path, argv, yaml_text, message):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.real
 def test_check_runs_promtool_on_the_config_and_its_rule_files(capsys, tmp_path, monkeypatch):
     require_tool("promtool")
     monkeypatch.chdir(tmp_path)

@@ -28,6 +28,7 @@ def installed():
     return schema_check.INSTALL_DIR
 
 
+@pytest.mark.real
 def test_every_dashboard_conforms_to_grafanas_schema(installed):
     boards = default_boards()
     custom = all_dashboards(parse_config({"clickhouse": {"dsn": "http://ch.example:8123/traces"},
@@ -51,6 +52,7 @@ BREAKS = {
 }
 
 
+@pytest.mark.real
 def test_the_check_finds_each_break_where_it_is(installed):
     boards = copy.deepcopy(default_boards())
     assert {b["uid"] for b in boards} >= set(BREAKS)
@@ -65,6 +67,7 @@ def test_the_check_finds_each_break_where_it_is(installed):
     assert "" not in panels_named  # panel errors name their panel, the crosshair flag its dashboard
 
 
+@pytest.mark.real
 def test_an_unknown_panel_field_is_refused(installed):
     boards = copy.deepcopy(default_boards()[:1])
     panel = _first(boards[0], "timeseries")

@@ -21,6 +21,8 @@ from tests.conftest import PrometheusServer, require_tool
 from tests.dashboards.boards import ALL, RATE_INTERVAL, VARIABLE, default_boards, prometheus_variables, promql
 from tests.dashboards.live_fleet import LiveFleet
 
+pytestmark = pytest.mark.real  # a real Prometheus
+
 DEADLINE_S = 30
 DCGM_NODE = "gpu-node-01"  # the hostname label of the dcgm-exporter fixture
 

@@ -7,6 +7,8 @@ starts our receiver on it. Tests marked ``stops_engine`` run last in the session
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import IN_CI, free_port
@@ -14,6 +16,10 @@ from tests.engines import vllm_server
 
 
 def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.real)  # every test here runs the real vLLM
     # The engine-stopping tests go last, so every other real-vLLM test still has its engine.
     items.sort(key=lambda item: item.get_closest_marker("stops_engine") is not None)
 

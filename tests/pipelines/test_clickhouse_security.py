@@ -26,6 +26,8 @@ from infersight.pipelines import clickhouse_users
 from tests.conftest import free_port, require_chdb
 from tests.pipelines.receiver_payloads import post, request, span_ids
 
+pytestmark = pytest.mark.real  # a real ClickHouse server
+
 SECRET_FILE = "/etc/hostname"  # any file the server process can read
 HOST_TOUCHING = [
     f"SELECT * FROM file('{SECRET_FILE}', 'LineAsString')",

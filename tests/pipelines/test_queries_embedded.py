@@ -14,6 +14,8 @@ from infersight.pipelines.schema.connection import connect
 from tests.conftest import IN_CI
 from tests.pipelines import incident_data
 
+pytestmark = pytest.mark.real  # the in-process ClickHouse engine (chdb)
+
 
 def _chdb_backend_available() -> bool:
     try:

@@ -41,6 +41,7 @@ def test_unreadable_token_file_is_a_config_error(tmp_path, capsys):
     assert "auth_token_file" in capsys.readouterr().err
 
 
+@pytest.mark.real
 def test_up_starts_clickhouse_migrates_and_receives(tmp_path):
     """The embedded default end to end: one command, spans in, rows out, clean stop on SIGTERM."""
     from tests.conftest import require_chdb
@@ -76,6 +77,7 @@ def test_up_starts_clickhouse_migrates_and_receives(tmp_path):
     assert stored == span_ids(req)
 
 
+@pytest.mark.real
 def test_receive_into_the_in_process_engine(tmp_path):
     """``chdb://PATH``: the receiver owns the data folder and inserts in-process (run as a process, since
     an engine per process can hold only one folder)."""
