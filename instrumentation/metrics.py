@@ -122,12 +122,13 @@ class RequestMetrics:
         with self.lock:
             cell[0] += 1
 
-    def observe_gaps_ns(self, bundle: LabelBundle, gaps_ns: Sequence[int]) -> None:
-        """Inter-token gaps of one request, in nanoseconds, observed in one call."""
+    def observe_gaps_ns(self, bundle: LabelBundle, gaps_ns: Sequence[int], total_ns: int | None = None) -> None:
+        """Inter-token gaps of one request, in nanoseconds, observed in one call (``total_ns``: their
+        sum, i.e. last token time minus first, when known)."""
         if gaps_ns:
             if bundle.inter_token is None:
                 bundle.inter_token = self.inter_token.cell(bundle.labels)
-            self.inter_token.observe_many(bundle.inter_token, gaps_ns, scale=1e-9)
+            self.inter_token.observe_many(bundle.inter_token, gaps_ns, scale=1e-9, total=total_ns)
 
     def record_end(self, bundle: LabelBundle, ending: Ending) -> None:
         """Every metric a finished request moves, sampled or not: in-flight, outcome, latencies,
@@ -174,4 +175,4 @@ class RequestMetrics:
             if ending.produced:
                 bundle.output_tokens[0] += ending.produced
         if not rejected and ending.gaps_ns:
-            self.observe_gaps_ns(bundle, ending.gaps_ns)
+            self.observe_gaps_ns(bundle, ending.gaps_ns, ending.times[-1] - ending.times[0])

@@ -116,18 +116,20 @@ class Family:
             cell[bisect_left(self.bounds, value)] += 1
             cell[-1] += value
 
-    def observe_many(self, cell: Cell, values: Sequence[float], scale: float = 1.0) -> None:
+    def observe_many(self, cell: Cell, values: Sequence[float], scale: float = 1.0,
+                     total: float | None = None) -> None:
         """Observe every ``value * scale`` into a histogram cell (nanosecond gaps with ``scale=1e-9``).
 
         One sort in C and one bisection per bucket bound, instead of a Python step per value: about
-        30 ns per value for a few hundred values.
+        30 ns per value for a few hundred values. ``total`` is ``sum(values)`` when the caller
+        knows it (the gaps of a token stream add up to its first-to-last time).
         """
         if not values:
             return
         ordered = sorted(values)
         cumulative = [bisect_right(ordered, bound) for bound in self._scaled_bounds(scale)]
         counts = [cumulative[0]] + [b - a for a, b in pairwise(cumulative)] + [len(ordered) - cumulative[-1]]
-        total = sum(ordered) * scale
+        total = (sum(ordered) if total is None else total) * scale
         with self.lock:
             for index, count in enumerate(counts):
                 if count:
