@@ -73,6 +73,7 @@ def test_every_generated_rule_scales_and_only_its_durations_change():
                     {k: v for k, v in r1.items() if k not in ("expr", "for")}
 
 
+@pytest.mark.real
 def test_scaled_rules_pass_promtool(tmp_path):
     require_tool("promtool")
     from infersight.alerts import tools
@@ -87,6 +88,7 @@ def test_scaled_rules_pass_promtool(tmp_path):
     assert result.ok, result.output
 
 
+@pytest.mark.real
 def test_alertmanager_waits_scale_and_pass_amtool(tmp_path):
     require_tool("amtool")
     from infersight.alerts import tools

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import subprocess
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
@@ -112,6 +113,7 @@ class _Just:
         yield self.family
 
 
+@pytest.mark.real
 def test_promtool_accepts_the_exposition(tmp_path):
     promtool = require_tool("promtool")
     ours, _ = twin_registries(seed=4)
