@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: demo test test-fast lint lock venv vllm-venv debian-tools grafana-schema clean
+.PHONY: demo demo-tools test test-fast lint lock venv vllm-venv debian-tools grafana-schema clean
 
 # Every install goes through the lock file: pyproject.toml says which versions work at all (lower
 # bounds), constraints.txt says which exact versions CI ran, so `make demo` next year installs those.
@@ -72,7 +72,15 @@ $(SCHEMA_DIR)/.installed: dashboards/grafana_schema/package.json dashboards/graf
 
 grafana-schema: $(SCHEMA_DIR)/.installed
 
-demo: venv
+# The demo runs a real Prometheus and Alertmanager: from Debian when missing.
+demo-tools:
+	@if ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
+		echo "installing prometheus and prometheus-alertmanager from Debian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			prometheus prometheus-alertmanager >/dev/null; \
+	fi
+
+demo: venv demo-tools
 	$(VENV)/bin/infersight --config infersight.example.yaml demo
 
 test: venv vllm-venv debian-tools grafana-schema

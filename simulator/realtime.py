@@ -3,16 +3,24 @@
 Virtual time (:mod:`.run`) advances the fleet as fast as the CPU allows and scrapes it in memory;
 here the fleet advances in step with the wall clock, so that real scrapers (Prometheus, the engine
 collector, the GPU exporter) read it over HTTP whenever they like. Everything that reads the
-fleet's state from another thread takes ``lock``, which the driver holds while it advances.
+fleet's state from another thread takes ``lock``, which the driver holds for one tick at a time.
+
+When the CPU cannot keep up (a busy machine), the driver holds the clock back rather than rush
+through the missed ticks: the fleet's ``epoch`` moves forward by the lag, so a start-time gauge
+set now still says now, and Prometheus sees the fleet slower rather than jumping. ``held_s``
+counts those real seconds; :meth:`sim_time_at` maps a wall time back to simulated time.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable
 
 from infersight.simulator.fleet import TICK_S, Fleet
+
+MAX_LAG_TICKS = 3  # a hiccup this short is caught up; a longer one holds the clock back
 
 
 class RealTimeDriver:
@@ -21,29 +29,42 @@ class RealTimeDriver:
     def __init__(self, fleet: Fleet, lock: threading.Lock | None = None) -> None:
         self.fleet = fleet
         self.lock = lock if lock is not None else threading.Lock()
-        self.behind_s = 0.0  # the most simulated seconds the fleet ever lagged the wall clock
+        self.held_s = 0.0  # real seconds the clock was held back because the fleet ran late
+        self._marks: list[tuple[float, float]] = [(fleet.wall(fleet.now), fleet.now)]  # (wall, t) at each hold
 
     def sim_now(self) -> float:
         """The simulated second the wall clock stands at now."""
         return (time.time() - self.fleet.epoch) * self.fleet.speed
 
+    def sim_time_at(self, wall: float) -> float:
+        """The simulated second that stood at Unix time ``wall`` during the run."""
+        i = max(0, bisect.bisect_right([w for w, _t in self._marks], wall) - 1)
+        w0, t0 = self._marks[i]
+        return t0 + max(0.0, wall - w0) * self.fleet.speed
+
     def run(self, until_s: float, stop: threading.Event | None = None,
             on_step: Callable[[float], None] | None = None) -> bool:
         """Run to simulated second ``until_s``; False when ``stop`` was set first.
 
-        ``on_step(t)`` is called after every advance, outside the lock. When the CPU cannot keep
-        up the fleet runs late rather than skipping ticks; ``behind_s`` says by how much.
+        ``on_step(t)`` is called after every tick, outside the lock.
         """
         stop = stop if stop is not None else threading.Event()
-        pause = TICK_S / self.fleet.speed
-        while self.fleet.now + TICK_S <= until_s + 1e-9:
-            target = min(until_s, self.sim_now())
-            if target >= self.fleet.now + TICK_S:
-                with self.lock:
-                    self.fleet.run_until(target)
-                self.behind_s = max(self.behind_s, self.sim_now() - self.fleet.now)
-                if on_step is not None:
-                    on_step(self.fleet.now)
-            if stop.wait(max(0.0, min(pause, self.fleet.wall(self.fleet.now + TICK_S) - time.time()))):
+        fleet = self.fleet
+        while fleet.now + TICK_S <= until_s + 1e-9:
+            if stop.is_set():
                 return False
+            late = self.sim_now() - (fleet.now + TICK_S)
+            if late < 0:
+                if stop.wait(-late / fleet.speed):
+                    return False
+                continue
+            if late > MAX_LAG_TICKS * TICK_S:
+                held = late / fleet.speed
+                fleet.epoch += held
+                self.held_s += held
+                self._marks.append((fleet.wall(fleet.now), fleet.now))
+            with self.lock:
+                fleet.run_until(fleet.now + TICK_S)
+            if on_step is not None:
+                on_step(fleet.now)
         return True

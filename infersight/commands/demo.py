@@ -1,165 +1,110 @@
-"""``infersight demo``: the main job, end to end, on the embedded default; no GPU, no engine.
+"""``infersight demo``: the whole stack on this machine, on the simulated fleet, in compressed real time.
 
-1. start the embedded ClickHouse (chdb-core) and apply the schema;
-2. start the OTLP receivers into it;
-3. start the GPU exporter on simulated GPUs;
-4. serve demo traffic (``demo_fleet``, a stand-in for the simulator) through the real request
-   tracer, which exports spans and kept token timelines over OTLP/HTTP to the receiver;
-5. answer the post-incident questions from ClickHouse and write the incident report.
+1. the embedded ClickHouse (writer for the receiver, reader for every question, DESIGN 11) and
+   the OTLP receivers;
+2. the generated rules and Alertmanager routing on the demo's compressed clock
+   (:mod:`infersight.alerts.timescale`), a real Alertmanager whose receivers all point at a webhook
+   in this process (what reached on-call), and a real Prometheus scraping every exporter each second;
+3. the scenario's fleet (:mod:`infersight.simulator`) at 60 simulated seconds per real second: its
+   engines serve vLLM-format /metrics over HTTP to the real engine collector, its GPUs are the GPU
+   exporter's simulated backend driven by the engines' load, its gateway serves its request and
+   instance-health series, and every request is replayed through the real RequestTracer and OTLP
+   into the receiver (:mod:`.demo_replay`);
+4. what happened: alerts from Prometheus and Alertmanager, the slowest requests and their
+   neighbours and the pools side by side from ClickHouse, the incident report.
+Everything binds 127.0.0.1 on free ports; every process it starts is stopped by its PID at the end,
+on an error and on Ctrl-C.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from infersight import attributes
-from infersight.commands.output import OutputError, output_folder, render
+from infersight.commands.output import Format, OutputError, add_format_flag, fail, output_folder
 from infersight.config import Config
 
-STEPS = 6
-# The staged stall lasts ~580 ms; ordinary token gaps are ~4 ms. 200 ms stays clear of both, even on a
-# loaded machine where a thread wakes late.
-STALL_MS = 200
+SPEED = 60.0  # simulated seconds per real second: one simulated minute a second
+SCRAPE = "1s"  # Prometheus scrapes and evaluates once a (real) second: once a simulated minute
+LOOKBACK = "5s"  # Prometheus's 5-minute staleness window, on the compressed clock
+DEFAULT_SCENARIO = "rollout-spike"
+HEAD_RATIO = 0.05  # share of requests whose spans are all recorded; slow and failed ones always are
+STEPS = 5
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "demo", help="run the whole stack on this machine: ClickHouse, receivers, simulated GPUs, traffic, report",
-        description="Start the embedded stack, push a few seconds of demo traffic with an incident through the "
-                    "real tracer and receiver, and answer the post-incident questions from ClickHouse. "
-                    "Everything binds 127.0.0.1 on free ports and stops at the end.")
-    p.add_argument("--out", default=".infersight/demo", help="folder for data and the report (default: %(default)s)")
-    p.add_argument("--requests", type=int, default=160, help="requests to serve (default: %(default)s)")
+        "demo", help="run the whole stack on a simulated fleet: ClickHouse, receivers, collectors, Prometheus, "
+                     "Alertmanager, an incident, the report",
+        description="Start the embedded stack, a real Prometheus and Alertmanager, and a simulated fleet living "
+                    "through an incident scenario at one simulated minute per real second; then print which "
+                    "alerts fired and reached on-call, the slowest requests and their neighbours, the pools side "
+                    "by side, and write the incident report. Prometheus evaluates the generated rules on the "
+                    "demo's compressed clock: every window and `for:` divided by 60 (5m reads 5 s), thresholds "
+                    "unchanged. Everything binds 127.0.0.1 on free ports and stops at the end (or on Ctrl-C).",
+        epilog="Scenarios: 'infersight simulate --list'. Prometheus and Alertmanager come from Debian "
+               "(make debian-tools).")
+    p.add_argument("--scenario", default=DEFAULT_SCENARIO, metavar="NAME|FILE",
+                   help="a built-in scenario or a scenario YAML file (default: %(default)s)")
+    p.add_argument("--minutes", type=int, metavar="N",
+                   help="simulated minutes to run, one real second each (default: the scenario's length)")
+    p.add_argument("--out", default=".infersight/demo", help="folder for data, rules and the report "
+                                                             "(default: %(default)s)")
     p.add_argument("--keep", action="store_true", help="keep the previous demo data instead of starting afresh")
-    p.add_argument("--format", choices=("table", "json"), default="table",
-                   help="table for people, json for scripts (a summary object)")
+    add_format_flag(p, choices=(Format.TABLE, Format.JSON),
+                    help="table for people, json for scripts (one summary object)")
     p.set_defaults(func=run_demo)
 
 
-def _step(n: int, text: str, quiet: bool) -> None:
-    if not quiet:
-        print(f"[{n}/{STEPS}] {text}", flush=True)
+def _fail(message: str, code: int = 2) -> int:
+    return fail("demo", message, code)
 
 
 def run_demo(args, config: Config) -> int:
-    from infersight.collectors.gpu.app import GPUExporter
-    from infersight.collectors.gpu.sim import SimBackend
-    from infersight.commands.demo_fleet import STALLED_INSTANCE, run_traffic
-    from infersight.instrumentation import RequestTracer, TailSampler, setup_tracing
-    from infersight.pipelines.clickhouse_server import ClickHouseServer, ClickHouseServerError
-    from infersight.pipelines.queries import library
-    from infersight.pipelines.queries.report import Settings, write_report
-    from infersight.pipelines.queries.window import Window
-    from infersight.pipelines.receiver.service import Receiver, ReceiverThread, SetupError
-    from infersight.pipelines.schema import migrations
-    from infersight.pipelines.schema.ddl import TOKENS, TRACES, SchemaOptions
+    from infersight.commands import demo_stack
+    from infersight.commands.demo_stack import StackError
+    from infersight.simulator.scenario import ScenarioError, find
 
-    if args.requests < 10:
-        print("infersight demo: --requests must be at least 10", file=sys.stderr)
-        return 2
-    quiet = args.format == "json"
+    try:
+        scenario = find(args.scenario)
+    except ScenarioError as exc:
+        return _fail(str(exc))
+    minutes = scenario.minutes if args.minutes is None else args.minutes
+    if not 1 <= minutes <= scenario.minutes:
+        return _fail(f"--minutes must be between 1 and the scenario's {scenario.minutes}, got {minutes}")
+    try:
+        binaries = demo_stack.require_binaries()
+    except StackError as exc:
+        return _fail(str(exc), 1)
     try:
         out = _demo_folder(Path(args.out), keep=args.keep)
     except OutputError as exc:
-        print(f"infersight demo: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
+    from infersight.commands.demo_run import DemoRun
 
-    _step(1, f"embedded ClickHouse in {out / 'clickhouse'}", quiet)
-    server = ClickHouseServer(out / "clickhouse", port=0)
+    run = DemoRun(config, scenario, minutes, out, binaries, quiet=args.format == Format.JSON)
     try:
-        server.start()
-    except ClickHouseServerError as exc:
-        print(f"infersight demo: embedded ClickHouse did not start: {exc}", file=sys.stderr)
-        return 1
-    receiver = gpus = tracing = None
-    try:
-        client = server.client()
-        migrations.migrate(client, SchemaOptions(database="default", retention=config.clickhouse.retention))
-        client.close()
-        client = server.client(role="reader")  # the questions and the report only read (DESIGN 11)
-
-        _step(2, "OTLP receivers (HTTP and gRPC) on free ports", quiet)
-        try:
-            receiver = ReceiverThread(Receiver(config, dsn=server.dsn("default", "writer"), http_listen="127.0.0.1:0",
-                                               grpc_listen="127.0.0.1:0", spool_dir=str(out / "spool"))).start()
-        except SetupError as exc:
-            print(f"infersight demo: {exc}", file=sys.stderr)
-            return 1
-
-        _step(3, "GPU exporter on 4 simulated H100s", quiet)
-        backend = SimBackend(count=4, gpu_type="H100-SXM")
-        gpus = GPUExporter(backend, node="demo-node", interval_seconds=0.5)
-        gpu_port = gpus.start("127.0.0.1:0")
-        backend.set_all_loads(compute=0.35, bandwidth=0.55)
-        backend.set_load(2, compute=0.95, bandwidth=0.93)  # the GPU behind the instance that stalls
-
-        _step(4, f"{args.requests} requests through the request tracer, exported over OTLP/HTTP", quiet)
-        tracing = setup_tracing("demo-gateway", protocol="http/protobuf", endpoint=f"{receiver.http_url}/v1/traces")
-        # A short run: judge "slow" after 20 requests (not the default 100); seeded for repeatable runs.
-        sampler = TailSampler(random_share=0.05, min_samples=20, seed=7)
-        tracer = RequestTracer(tracer_provider=tracing.provider, sampler=sampler,
-                               provider_name="vllm")
-        started = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(seconds=1)
-        run_traffic(tracer, requests=args.requests, on_progress=None if quiet else _progress(args.requests))
-        tracing.force_flush()
-        ended = dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(seconds=1)
-
-        _step(5, "flushing the receiver into ClickHouse", quiet)
-        receiver.stop()
-        receiver = None
-
-        _step(6, "post-incident questions, answered from ClickHouse", quiet)
-        window = Window(started, ended)
-        slowest = library.slowest(client, "default", started, ended, by="gap", limit=5)
-        stalls = library.window_stalls(client, "default", started, ended, min_gap_ms=STALL_MS)
-        pools = library.compare_pools(client, "default", started, ended)
-        time.sleep(0.6)  # one more GPU sample under load
-        gpu_rows = gpus.rows()
-        report = write_report(client, "default", window, out / "report", min_gap_ms=STALL_MS, prometheus_url=None,
-                              settings=Settings.from_config(config))
-        stored = client.query(f"SELECT count() FROM {TRACES}").result_rows[0][0]
-        tokens = client.query(f"SELECT count() FROM {TOKENS}").result_rows[0][0]
-        reasons = dict(client.query(f"SELECT SpanAttributes[{{key:String}}] AS reason, count() FROM {TRACES} "
-                                    "WHERE IsRequest GROUP BY reason ORDER BY reason",
-                                    parameters={"key": attributes.SAMPLING_REASON}).result_rows)
-        summary = {
-            "spans_stored": stored, "token_rows": tokens, "stalled_instance_expected": STALLED_INSTANCE,
-            "timelines_by_sampling_reason": reasons,
-            "slowest_by_gap": slowest, "stalls": stalls, "pools": pools, "gpus": gpu_rows,
-            "gpu_metrics": f"http://127.0.0.1:{gpu_port}/metrics (while the demo runs)",
-            "report": [str(p) for p in report],
-        }
-        if quiet:
-            print(json.dumps(summary, indent=2, default=str))
-            return 0
-        print(f"\n{stored} spans in {TRACES}, {tokens} token rows in {TOKENS}")
-        kept = ", ".join(f"{reason}: {count}" for reason, count in reasons.items())
-        print(f"tail sampling ({attributes.SAMPLING_REASON}): {kept}\n")
-        print("Requests with the longest token stall (infersight traces slowest --by gap):")
-        print(render(slowest, "table", ["trace_id", "instance", "pool", "ttft_ms", "e2e_ms", "max_gap_ms",
-                                        "input_tokens"]))
-        print(f"\nStalls over {STALL_MS} ms by instance and minute (infersight traces stalls):")
-        print(render(stalls, "table", ["instance", "minute", "requests", "max_gap_ms", "mean_gap_ms"]))
-        print("\nCanary vs stable (infersight traces compare):")
-        print(render(pools, "table"))
-        print("\nSimulated GPUs (infersight collect gpu --backend sim --once):")
-        print(render(gpu_rows, "table", ["gpu", "gpu_model", "bandwidth_utilization", "bandwidth_source",
-                                         "utilization", "power_watts", "temperature_celsius"]))
-        print(f"\nIncident report: {report.headline.sentence}\n  {report.html}")
-        return 0
+        summary = run.run()
+    except KeyboardInterrupt:
+        run.stop_all()
+        print(f"\ninfersight demo: interrupted at simulated minute {run.minute():.0f}; everything it started "
+              "is stopped", file=sys.stderr)
+        return 130
+    except StackError as exc:
+        run.stop_all()
+        return _fail(str(exc), 1)
     finally:
-        if tracing is not None:
-            tracing.shutdown()
-        if receiver is not None:
-            receiver.stop()
-        if gpus is not None:
-            gpus.stop()
-        server.stop()
+        run.stop_all()
+    from infersight.commands.demo_summary import print_summary
+
+    if args.format == Format.JSON:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print_summary(summary)
+    return 0
 
 
 # Written into every demo folder: only a folder holding it is ever deleted for a fresh start.
@@ -182,16 +127,38 @@ def _demo_folder(out: Path, keep: bool) -> Path:
     return folder
 
 
-def _progress(total: int):
-    """A progress bar on a terminal; a line per quarter in a log."""
-    tty = sys.stdout.isatty()
+class Progress:
+    """A bar on a terminal (stderr), a line every tenth of the run in a log; silent for json."""
 
-    def show(done: int) -> None:
-        if tty:
-            filled = 30 * done // total
-            end = "\n" if done == total else ""
-            print(f"\r      [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} requests", end=end, flush=True)
-        elif done == total or done % max(1, total // 4) == 0:
-            print(f"      {done}/{total} requests", flush=True)
+    def __init__(self, total_minutes: int, onset: float | None, quiet: bool) -> None:
+        self.total, self.onset, self.quiet = total_minutes, onset, quiet
+        self.tty = sys.stderr.isatty()
+        self.started = time.monotonic()
+        self.last_line = -1
+        self.next_at = 0.0
 
-    return show
+    def due(self) -> bool:
+        """At most a few redraws a second."""
+        now = time.monotonic()
+        if now < self.next_at:
+            return False
+        self.next_at = now + 0.25
+        return True
+
+    def show(self, minute: float, firing: list[str]) -> None:
+        if self.quiet:
+            return
+        m = int(minute)
+        incident = "" if self.onset is None else (" before onset" if m < self.onset else f" onset+{m - self.onset:g}")
+        alerts = f"  firing: {', '.join(firing)}" if firing else ""
+        if self.tty:
+            filled = 30 * m // max(1, self.total)
+            print(f"\r\033[K      [{'#' * filled}{'.' * (30 - filled)}] minute {m}/{self.total}{incident} "
+                  f"({time.monotonic() - self.started:.0f}s){alerts}"[:200], end="", file=sys.stderr, flush=True)
+        elif m // max(1, self.total // 10) != self.last_line or m == self.total:
+            self.last_line = m // max(1, self.total // 10)
+            print(f"      minute {m}/{self.total}{incident}{alerts}", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.tty and not self.quiet:
+            print(file=sys.stderr, flush=True)

@@ -1,4 +1,6 @@
-"""`infersight demo` end to end: real ClickHouse, real receiver, real tracer, simulated GPUs."""
+"""`infersight demo` end to end, in real time: the simulated fleet through the real collectors,
+tracer, receiver and ClickHouse, scraped by a real Prometheus that sends the generated rules'
+alerts through a real Alertmanager to the demo's webhook."""
 
 import json
 from pathlib import Path
@@ -6,51 +8,84 @@ from pathlib import Path
 import pytest
 
 from infersight.cli import main
-from infersight.commands.demo import STALL_MS
-from infersight.commands.demo_fleet import STALLED_INSTANCE
+from infersight.commands import demo_stack
+from tests.conftest import require_chdb, require_tool
+
+# Rollout spike: onset at minute 30, the page (LLMTTFTErrorBudgetBurn, critical) fires about ten
+# simulated minutes later (the alert-quality table); 45 simulated minutes are 45 real seconds.
+MINUTES = 45
+PAGE = ("LLMTTFTErrorBudgetBurn", "critical")
+JOBS = {"infersight-gateway", "infersight-engine", "infersight-gpu", "infersight-receiver"}
 
 
 @pytest.mark.real
-def test_demo_finds_the_incident_it_stages(tmp_path, capsys):
+def test_the_default_scenario_pages_on_call_through_the_real_stack(tmp_path, capsys):
+    require_tool("prometheus")
+    require_tool("prometheus-alertmanager")
+    require_chdb()
     out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--requests", "60", "--format", "json"]) == 0
+    assert main(["demo", "--out", str(out), "--minutes", str(MINUTES), "--format", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    # Every request produced spans, and some kept token timelines reached the token table.
-    assert summary["spans_stored"] >= 60 * 3
-    assert summary["token_rows"] > 0
-    # The stalled requests' timelines were kept because they were slow, not by luck.
-    reasons = summary["timelines_by_sampling_reason"]
-    assert reasons.get("slow_e2e", 0) + reasons.get("slow_ttft", 0) >= 1, reasons
-    assert sum(reasons.values()) == 60
-    # The staged stall shows up where it was staged, and is the worst one.
-    assert STALLED_INSTANCE in {row["instance"] for row in summary["stalls"]}
-    worst = max(summary["stalls"], key=lambda row: row["max_gap_ms"])
-    assert worst["instance"] == STALLED_INSTANCE and worst["max_gap_ms"] > STALL_MS
-    assert summary["slowest_by_gap"][0]["instance"] == STALLED_INSTANCE
-    assert {row["pool"] for row in summary["pools"]} == {"stable", "canary"}
-    assert sum(row["requests"] for row in summary["pools"]) == 60
-    assert [row["up"] for row in summary["gpus"]] == [1, 1, 1, 1]
+
+    # Spans reached ClickHouse through OTLP and the receiver, with kept token timelines.
+    assert summary["request_spans"] > 100 and summary["spans_stored"] > summary["request_spans"]
+    assert summary["token_rows"] > 0 and summary["replay_errors"] == 0
+    # They carry the simulated times: the rollout's slow prefill shows as multi-second first tokens.
+    assert summary["slowest_by_ttft"][0]["ttft_ms"] > 5000
+
+    # Prometheus scraped every exporter: each job's targets were up.
+    jobs = summary["scrape_jobs"]
+    assert set(jobs) == JOBS, jobs
+    for job, entry in jobs.items():
+        assert entry["targets"] >= 1 and entry["ever_up"] == entry["targets"], (job, entry)
+    assert jobs["infersight-gpu"]["targets"] == 2  # 12 instances: two simulated nodes of 8 GPUs
+
+    # The expected page fired in Prometheus and reached on-call through Alertmanager (the webhook).
+    page = next(a for a in summary["alerts"] if (a["alert"], a["severity"]) == PAGE)
+    assert "ticket" in page["reached"], page
+    assert page["scenario_says"] == "expected"
+    expected = {(e["alert"], e["severity"]): e for e in summary["expected"]}
+    assert expected[PAGE]["ok"], expected[PAGE]
+
     report = [Path(p) for p in summary["report"]]
     assert any(p.name == "report.html" for p in report) and all(p.exists() for p in report)
-    assert STALLED_INSTANCE in (out / "report" / "report.md").read_text()
+    assert "[5s]" in (out / "rules" / "recording.yml").read_text()  # the rules Prometheus ran: on the demo clock
 
 
-def test_demo_refuses_too_few_requests(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path), "--requests", "3"]) == 2
-    assert "at least 10" in capsys.readouterr().err
+@pytest.fixture
+def no_servers(monkeypatch):
+    """Argument checks happen before anything starts: pretend the binaries are there."""
+    monkeypatch.setattr(demo_stack, "require_binaries", lambda: {"prometheus": "prometheus",
+                                                                 "prometheus-alertmanager": "am"})
 
 
-def test_demo_refuses_an_unusable_out(tmp_path, capsys):
+def test_demo_refuses_bad_arguments(no_servers, tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--minutes", "0"]) == 2
+    assert "--minutes must be between 1 and the scenario's 75" in capsys.readouterr().err
+    assert main(["demo", "--out", str(tmp_path), "--scenario", "no-such-incident"]) == 2
+    err = capsys.readouterr().err
+    assert "no scenario 'no-such-incident'" in err and "rollout-spike" in err and "Traceback" not in err
+
+
+def test_demo_says_how_to_install_prometheus_when_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["demo", "--out", str(tmp_path / "demo")]) == 1
+    err = capsys.readouterr().err
+    assert "prometheus and prometheus-alertmanager not found" in err and "make debian-tools" in err
+    assert not (tmp_path / "demo").exists()  # nothing started, nothing written
+
+
+def test_demo_refuses_an_unusable_out(no_servers, tmp_path, capsys):
     file = tmp_path / "a-file"
     file.write_text("keep me")
-    assert main(["demo", "--out", str(file), "--requests", "20"]) == 2
+    assert main(["demo", "--out", str(file)]) == 2
     err = capsys.readouterr().err
     assert "is a file, not a folder" in err and "Traceback" not in err and file.read_text() == "keep me"
-    assert main(["demo", "--out", str(file / "sub"), "--requests", "20"]) == 2
+    assert main(["demo", "--out", str(file / "sub")]) == 2
     assert "cannot create the folder" in capsys.readouterr().err
     # a folder the demo did not make is never emptied
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("precious")
-    assert main(["demo", "--out", str(tmp_path / "mine"), "--requests", "20"]) == 2
+    assert main(["demo", "--out", str(tmp_path / "mine")]) == 2
     assert "holds files the demo did not write" in capsys.readouterr().err
     assert (tmp_path / "mine" / "notes.txt").read_text() == "precious"

@@ -47,6 +47,15 @@ def test_start_times_are_wall_times():
                                             "pool": "stable"}) == epoch
 
 
+def test_a_late_fleet_holds_the_clock_back_instead_of_rushing():
+    fleet = _fleet(time.time() - 3600)  # an hour late before it starts: far more than a hiccup
+    driver = RealTimeDriver(fleet)
+    assert driver.run(60.0)
+    assert driver.held_s > 3000  # the hour was held back, not rushed through in a burst
+    assert abs(fleet.wall(fleet.now) - time.time()) < 5  # and simulated time now stands at the wall clock
+    assert abs(driver.sim_time_at(time.time()) - fleet.now) < 5 * SPEED
+
+
 def test_stop_ends_the_run_early():
     fleet = _fleet(time.time())
     stop = threading.Event()

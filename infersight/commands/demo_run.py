@@ -1,0 +1,280 @@
+"""One demo run: start every part in order, run the scenario against the wall clock, gather what happened.
+
+Every part started is pushed on a stack of stop actions, undone in reverse order by :meth:`stop_all`
+(on success, on an error, on Ctrl-C); it is safe to call twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infersight.collectors.engine.collector import EngineCollector
+from infersight.collectors.engine.targets import Target
+from infersight.commands.demo import HEAD_RATIO, LOOKBACK, SCRAPE, SPEED, STEPS, Progress
+from infersight.commands.demo_stack import (
+    ON_CALL,
+    FleetEndpoints,
+    StackError,
+    Webhook,
+    start_alertmanager,
+    start_prometheus,
+)
+from infersight.config import Config
+
+ENGINE_SCRAPE = "2s"
+TIMELINE_TOKENS = 256  # a kept timeline keeps its last 256 token times: enough to see a stall, light to ship
+
+
+class FleetEngineCollector(EngineCollector):
+    """The real engine collector; its targets are the fleet's engines as they come and go."""
+
+    def __init__(self, endpoints: FleetEndpoints) -> None:
+        super().__init__(timeout=1.5, log_changes=False)  # inside the 2 s scrape
+        self.endpoints = endpoints
+
+    def targets(self) -> list[Target]:
+        fleet = self.endpoints.fleet
+        if fleet is None:
+            return []
+        with self.endpoints.lock:
+            engines = fleet.engines()
+        return [Target(url=self.endpoints.engine_url(e.instance), engine="vllm", instance=e.instance, pool=e.pool,
+                       node=e.node, gpu=str(e.gpu)) for e in engines]
+
+
+class DemoRun:
+    def __init__(self, config: Config, scenario, minutes: int, out: Path, binaries: dict[str, str],
+                 quiet: bool) -> None:
+        self.config, self.scenario, self.minutes, self.out = config, scenario, minutes, out
+        self.binaries, self.quiet = binaries, quiet
+        self._stops: list[tuple[str, Callable[[], None]]] = []
+        self.fleet = None
+        self.lock = threading.Lock()
+        self.gpu_exporters: dict[str, int] = {}  # node -> port
+        self.started_at = time.monotonic()
+
+    # -- bookkeeping --------------------------------------------------------------------------------
+    def _step(self, n: int, text: str) -> None:
+        if not self.quiet:
+            print(f"[{n}/{STEPS}] {text}", file=sys.stderr, flush=True)
+
+    def _on_stop(self, name: str, action: Callable[[], None]) -> None:
+        self._stops.append((name, action))
+
+    def stop_now(self, name: str) -> None:
+        """Stop one part ahead of the others (the receiver, to flush before the questions)."""
+        for i, (n, action) in enumerate(self._stops):
+            if n == name:
+                del self._stops[i]
+                action()
+                return
+
+    def stop_all(self) -> None:
+        while self._stops:
+            name, action = self._stops.pop()
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - stop the rest whatever one part does
+                print(f"infersight demo: stopping {name}: {exc}", file=sys.stderr)
+
+    def minute(self) -> float:
+        return self.fleet.now / 60 if self.fleet is not None else 0.0
+
+    # -- the run --------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        from infersight.pipelines.clickhouse_server import ClickHouseServer, ClickHouseServerError
+        from infersight.pipelines.receiver.service import Receiver, ReceiverThread, SetupError
+        from infersight.pipelines.schema import migrations
+        from infersight.pipelines.schema.ddl import SchemaOptions
+
+        out, config = self.out, self.config
+        self._step(1, f"embedded ClickHouse in {out / 'clickhouse'}, OTLP receivers")
+        server = ClickHouseServer(out / "clickhouse", port=0)
+        try:
+            server.start()
+        except ClickHouseServerError as exc:
+            raise StackError(f"embedded ClickHouse did not start: {exc}") from None
+        self._on_stop("ClickHouse", server.stop)
+        client = server.client()
+        migrations.migrate(client, SchemaOptions(database="default", retention=config.clickhouse.retention))
+        client.close()
+        try:
+            receiver = ReceiverThread(Receiver(config, dsn=server.dsn("default", "writer"), http_listen="127.0.0.1:0",
+                                               grpc_listen="127.0.0.1:0", spool_dir=str(out / "spool"))).start()
+        except SetupError as exc:
+            raise StackError(str(exc)) from None
+        self._on_stop("receivers", receiver.stop)
+
+        self._step(2, f"rules on the demo clock ({SPEED:g}x: 5m windows read 5 s), Alertmanager, Prometheus")
+        webhook = Webhook().start()
+        self._on_stop("webhook", webhook.stop)
+        am_config = self._write_rules(webhook)
+        alertmanager, am_url = start_alertmanager(self.binaries["prometheus-alertmanager"],
+                                                  self._folder("alertmanager"), am_config)
+        self._on_stop("Alertmanager", alertmanager.stop)
+        endpoints = FleetEndpoints(None, self.lock)
+        self._on_stop("fleet endpoints", endpoints.stop)
+        engine_port = self._serve_engine_collector(endpoints)
+        gpu_sd = self._folder("prometheus") / "gpu_targets.json"
+        gpu_sd.write_text("[]")
+        prom_config = self._prometheus_config(am_url, endpoints, engine_port, receiver, gpu_sd)
+        prometheus, prom_url = start_prometheus(self.binaries["prometheus"], self._folder("prometheus"), prom_config,
+                                                LOOKBACK)
+        self._on_stop("Prometheus", prometheus.stop)
+
+        self._step(3, f"{self.scenario.name}: {self.scenario.title}")
+        from infersight.instrumentation import RequestTracer, TailSampler, setup_tracing
+        from infersight.simulator.fleet import Fleet
+        from infersight.simulator.realtime import RealTimeDriver
+
+        from .demo_replay import Replay
+
+        tracing = setup_tracing("demo-gateway", protocol="http/protobuf", endpoint=f"{receiver.http_url}/v1/traces",
+                                head_ratio=HEAD_RATIO)
+        self._on_stop("tracing", tracing.shutdown)
+        epoch = time.time()
+        fleet = Fleet(self.scenario, config, epoch=epoch, speed=SPEED)
+        self.fleet = fleet
+        # The incident's own clock for spans: the scenario ends a minute before the demo started.
+        base = epoch - self.minutes * 60 - 60
+        replay = Replay(lambda clock: RequestTracer(tracer_provider=tracing.provider, provider_name="vllm",
+                                                    sampler=TailSampler(random_share=0.01, seed=7), clock=clock,
+                                                    max_timeline_tokens=TIMELINE_TOKENS),
+                        base)
+        self._on_stop("replay", lambda: replay.close(10.0))
+        fleet.metrics.on_end = replay.ended
+        endpoints.fleet = fleet
+        self._sync_gpu_exporters(gpu_sd)
+        progress = Progress(self.minutes, self.scenario.onset_minute, self.quiet)
+        driver = RealTimeDriver(fleet, self.lock)
+
+        def on_step(t: float) -> None:
+            self._sync_gpu_exporters(gpu_sd)
+            if progress.due():
+                progress.show(t / 60, sorted({a["labels"].get("alertname", "?") for d in webhook.snapshot()
+                                              if d.receiver in ON_CALL for a in d.alerts
+                                              if a.get("status") == "firing"}))
+
+        real_start = time.time()
+        driver.run(self.minutes * 60.0, on_step=on_step)
+        real_end = time.time()
+        progress.show(self.minutes, [])
+        progress.done()
+        time.sleep(2.0)  # the last evaluation's alerts through Alertmanager's (scaled) group wait
+        from .demo_summary import from_clickhouse, from_prometheus
+
+        facts = from_prometheus(self, prom_url, webhook, driver, real_start, time.time())
+        self._step(4, "flushing spans into ClickHouse")
+        replay.close(120.0)
+        tracing.force_flush()
+        self.stop_now("receivers")
+        self._step(5, "what happened: Prometheus, Alertmanager, ClickHouse, the incident report")
+        reader = server.client(role="reader")  # the questions and the report only read (DESIGN 11)
+        try:
+            facts.update(from_clickhouse(self, reader, base))
+        finally:
+            reader.close()
+        facts.update({"real_seconds": round(real_end - real_start, 1), "held_s": round(driver.held_s, 1),
+                      "requests_replayed": replay.replayed, "replay_errors": replay.errors,
+                      "total_seconds": round(time.monotonic() - self.started_at, 1)})
+        return facts
+
+    # -- parts ----------------------------------------------------------------------------------------
+    def _folder(self, name: str) -> Path:
+        path = self.out / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _write_rules(self, webhook: Webhook) -> Path:
+        """The generated rules and routing, scaled to the demo clock, receivers pointed at the webhook."""
+        from infersight.alerts.build import render_all
+        from infersight.alerts.timescale import scale_alertmanager, scale_rule_file
+
+        am = self.config.alertmanager.model_copy(update={
+            "ticket_webhook_url": webhook.url("ticket"), "autoscaler_webhook_url": webhook.url("autoscaler"),
+            "gateway_webhook_url": webhook.url("gateway"), "pagerduty_routing_key_file": None,
+            "slack_api_url_file": None})
+        config = self.config.model_copy(update={"alertmanager": am})
+        files = render_all(config)
+        rules = self._folder("rules")
+        for relative, text in files.items():
+            if relative.startswith("rules/"):
+                document = scale_rule_file(yaml.safe_load(text), SPEED)
+                (rules / relative.split("/", 1)[1]).write_text(
+                    f"# The generated rules on the demo's clock: every duration divided by {SPEED:g}.\n"
+                    + yaml.safe_dump(document, sort_keys=False, width=1 << 20))
+        path = self._folder("alertmanager") / "alertmanager.yml"
+        path.write_text(yaml.safe_dump(scale_alertmanager(yaml.safe_load(files["alertmanager.yml"]), SPEED),
+                                       sort_keys=False))
+        return path
+
+    def _serve_engine_collector(self, endpoints: FleetEndpoints) -> int:
+        from prometheus_client import CollectorRegistry
+
+        from infersight.commands.demo_stack import serve_registry
+
+        collector = FleetEngineCollector(endpoints)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        http = serve_registry(registry)
+
+        def stop() -> None:
+            http.shutdown()
+            http.server_close()
+            collector.close()
+
+        self._on_stop("engine collector", stop)
+        return http.server_port
+
+    def _sync_gpu_exporters(self, sd_file: Path) -> None:
+        """A GPU exporter per simulated node (nodes appear when the fleet grows), listed for Prometheus."""
+        from infersight.collectors.gpu.app import GPUExporter
+
+        new = False
+        for node in list(self.fleet.nodes):
+            if node.name not in self.gpu_exporters:
+                exporter = GPUExporter(node.gpus, node=node.name, interval_seconds=1.0)  # one sample a scrape
+                self.gpu_exporters[node.name] = exporter.start("127.0.0.1:0")
+                self._on_stop(f"GPU exporter {node.name}", exporter.stop)
+                new = True
+        if new:
+            targets = [{"targets": [f"127.0.0.1:{port}" for port in self.gpu_exporters.values()]}]
+            tmp = sd_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(targets))
+            tmp.replace(sd_file)  # Prometheus must never read half a file
+
+    def job(self, component: str) -> str:
+        return self.config.prometheus.job_prefix + component
+
+    def _prometheus_config(self, am_url: str, endpoints: FleetEndpoints, engine_port: int, receiver,
+                           gpu_sd: Path) -> Path:
+        receiver_target = receiver.http_url.split("://", 1)[1]
+        document = {
+            "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE, "scrape_timeout": SCRAPE},
+            "rule_files": [str((self.out / "rules").resolve() / "*.yml")],
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [am_url.split("://", 1)[1]]}]}]},
+            "scrape_configs": [
+                {"job_name": self.job("gateway"), "honor_labels": True, "metrics_path": "/gateway/metrics",
+                 "static_configs": [{"targets": [endpoints.gateway_target]}]},
+                # One collection scrapes every engine over HTTP and normalizes it: on a busy machine that
+                # can take most of a second, so this job scrapes every 2 s (rules' 5 s windows keep 2-3 samples).
+                {"job_name": self.job("engine"), "honor_labels": True, "scrape_interval": ENGINE_SCRAPE,
+                 "scrape_timeout": ENGINE_SCRAPE,
+                 "static_configs": [{"targets": [f"127.0.0.1:{engine_port}"]}]},
+                {"job_name": self.job("gpu"), "honor_labels": True,
+                 "file_sd_configs": [{"files": [str(gpu_sd.resolve())], "refresh_interval": SCRAPE}]},
+                {"job_name": self.job("receiver"), "honor_labels": True,
+                 "static_configs": [{"targets": [receiver_target]}]},
+            ],
+        }
+        path = self._folder("prometheus") / "prometheus.yml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        return path

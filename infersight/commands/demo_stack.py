@@ -1,0 +1,258 @@
+"""The demo's moving parts besides the embedded store: HTTP faces of the simulated fleet, a real
+Prometheus and Alertmanager as child processes (each stopped by its PID), and the webhook that
+stands in for on-call (it records what Alertmanager delivered, and when).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from infersight.exposition import generate
+
+PROMETHEUS, ALERTMANAGER = "prometheus", "prometheus-alertmanager"
+ON_CALL = ("ticket", "pagerduty", "slack")  # receivers that reach people; gateway and autoscaler are machines
+DEBIAN_HINT = "install them with `make debian-tools` (Debian: apt-get install prometheus prometheus-alertmanager)"
+
+
+class StackError(RuntimeError):
+    """A part of the demo did not start; the message says which and how to fix it."""
+
+
+def require_binaries() -> dict[str, str]:
+    found = {name: shutil.which(name) for name in (PROMETHEUS, ALERTMANAGER)}
+    missing = [name for name, path in found.items() if path is None]
+    if missing:
+        raise StackError(f"{' and '.join(missing)} not found on PATH: {DEBIAN_HINT}")
+    return found  # type: ignore[return-value]
+
+
+class _Quiet(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        pass
+
+
+def _serve(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name=f"demo-{handler.__name__}", daemon=True).start()
+    return server
+
+
+def _stop_server(server: ThreadingHTTPServer | None) -> None:
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+
+
+def serve_registry(registry) -> ThreadingHTTPServer:
+    """``registry`` on 127.0.0.1 (a free port) at /metrics, quiet when a scraper gives up mid-answer
+    (Prometheus closes the connection at its scrape timeout on a busy machine)."""
+
+    class Handler(_Quiet):
+        def do_GET(self) -> None:  # noqa: N802
+            try:
+                body = generate(registry)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    return _serve(Handler)
+
+
+class FleetEndpoints:
+    """The simulated fleet over HTTP, on one port: the gateway's /metrics (its request and instance-health
+    series) and every engine's vLLM-format /metrics at ``/engines/<instance>/metrics``.
+
+    Everything is rendered under ``lock``, which the real-time driver holds while the fleet advances.
+    A stopped engine answers 503, as a process that is gone answers nothing useful.
+    """
+
+    def __init__(self, fleet, lock: threading.Lock) -> None:
+        from infersight.simulator import vllm_format
+
+        self.fleet, self.lock = fleet, lock  # the fleet may come later: until then the gateway serves nothing
+        endpoints = self
+
+        class Handler(_Quiet):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                path = urllib.parse.urlsplit(self.path).path
+                status, body = 404, b"not found\n"
+                with endpoints.lock:
+                    fleet = endpoints.fleet
+                    if path == "/gateway/metrics":
+                        status, body = 200, generate(fleet.metrics.registry) if fleet is not None else b""
+                    elif path.startswith("/engines/") and path.endswith("/metrics"):
+                        instance = urllib.parse.unquote(path[len("/engines/"):-len("/metrics")])
+                        engine = fleet.gateway.engines.get(instance) if fleet is not None else None
+                        if engine is not None and engine.up:
+                            status, body = 200, vllm_format.exposition(engine).encode()
+                        elif engine is not None:
+                            status, body = 503, b"engine down\n"
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the scraper gave up (its timeout on a busy machine)
+
+        self.server = _serve(Handler)
+        self.port = self.server.server_port
+
+    def engine_url(self, instance: str) -> str:
+        return f"http://127.0.0.1:{self.port}/engines/{urllib.parse.quote(instance, safe=':')}/metrics"
+
+    @property
+    def gateway_target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        _stop_server(self.server)
+
+
+@dataclass
+class Delivery:
+    """One notification Alertmanager sent to a receiver."""
+
+    receiver: str
+    received: float  # Unix time
+    status: str
+    alerts: list[dict[str, Any]]
+
+
+@dataclass
+class Webhook:
+    """Alertmanager's receivers, all pointed here: ``/<receiver>`` records each delivery."""
+
+    deliveries: list[Delivery] = field(default_factory=list)
+    server: ThreadingHTTPServer | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> Webhook:
+        hook = self
+
+        class Handler(_Quiet):
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    payload = json.loads(self.rfile.read(min(length, 1 << 22)) or b"{}")
+                except ValueError:
+                    self.send_response(400)
+                    self.end_headers()
+                    return
+                receiver = urllib.parse.urlsplit(self.path).path.strip("/") or "unknown"
+                with hook.lock:
+                    hook.deliveries.append(Delivery(receiver, time.time(), str(payload.get("status", "")),
+                                                    list(payload.get("alerts", []))))
+                self.send_response(200)
+                self.end_headers()
+
+        self.server = _serve(Handler)
+        return self
+
+    def url(self, receiver: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}/{receiver}"
+
+    def snapshot(self) -> list[Delivery]:
+        with self.lock:
+            return list(self.deliveries)
+
+    def stop(self) -> None:
+        _stop_server(self.server)
+
+
+class Child:
+    """A child process (Prometheus, Alertmanager) in its own session, stopped by its PID."""
+
+    def __init__(self, name: str, argv: list[str], folder: Path, ready_url: str,
+                 ready: Callable[[bytes], bool] = lambda body: True, timeout_s: float = 60.0) -> None:
+        self.name = name
+        self.log_path = folder / f"{Path(argv[0]).name}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(argv, cwd=folder, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise StackError(f"{name} exited at start (code {self.proc.returncode}):\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(ready_url, timeout=2) as resp:
+                    if resp.status == 200 and ready(resp.read()):
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise StackError(f"{name} not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_alertmanager(binary: str, folder: Path, config_file: Path) -> tuple[Child, str]:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    child = Child("Alertmanager", [binary, f"--config.file={config_file}", f"--storage.path={folder / 'data'}",
+                                   f"--web.listen-address=127.0.0.1:{port}",
+                                   "--cluster.listen-address="],  # no gossip port: one instance, nothing to join
+                  folder, f"{url}/-/ready")
+    return child, url
+
+
+def start_prometheus(binary: str, folder: Path, config_file: Path, lookback: str) -> tuple[Child, str]:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    child = Child("Prometheus", [binary, f"--config.file={config_file}", f"--storage.tsdb.path={folder / 'data'}",
+                                 f"--web.listen-address=127.0.0.1:{port}", f"--query.lookback-delta={lookback}",
+                                 "--rules.alert.resend-delay=1s"],
+                  folder, f"{url}/-/ready")
+    return child, url
+
+
+def prometheus_query(url: str, path: str, params: dict[str, str], timeout_s: float = 10.0) -> Any:
+    full = f"{url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(full, timeout=timeout_s) as resp:
+        body = json.load(resp)
+    if body.get("status") != "success":
+        raise StackError(f"Prometheus {path}: {body}")
+    return body["data"]

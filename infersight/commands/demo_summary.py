@@ -1,0 +1,209 @@
+"""What the demo saw, gathered from Prometheus, the Alertmanager webhook and ClickHouse, and printed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections import defaultdict
+from typing import Any
+
+from infersight.commands.demo import SPEED
+from infersight.commands.demo_stack import ON_CALL, StackError, prometheus_query
+from infersight.commands.output import render
+
+STALL_MS = 500  # a token gap this long is a stall people feel
+
+
+def _utc(ts: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).replace(tzinfo=None)
+
+
+def alerts_fired(prom_url: str, minute_at, start: float, end: float) -> list[dict[str, Any]]:
+    """Each alert (name, severity) that fired, when first, on how many series, from Prometheus's ALERTS."""
+    data = prometheus_query(prom_url, "query_range", {"query": 'ALERTS{alertstate="firing"}', "start": f"{start:.3f}",
+                                                      "end": f"{end:.3f}", "step": "1s"})
+    first: dict[tuple[str, str], dict[str, Any]] = {}
+    for series in data["result"]:
+        labels = series["metric"]
+        key = (labels.get("alertname", ""), labels.get("severity", ""))
+        ts = min(float(t) for t, _v in series["values"])
+        row = first.setdefault(key, {"alert": key[0], "severity": key[1], "first_ts": ts, "series": 0, "example": {}})
+        row["series"] += 1
+        if ts <= row["first_ts"]:
+            row["first_ts"] = ts
+            row["example"] = {k: v for k, v in labels.items() if k in ("model", "instance", "pool", "node", "gpu")}
+    rows = sorted(first.values(), key=lambda r: r["first_ts"])
+    for row in rows:
+        row["minute"] = minute_at(row["first_ts"])
+    return rows
+
+
+def deliveries(webhook, minute_at) -> dict[tuple[str, str], dict[str, float]]:
+    """(alert, severity) -> receiver -> simulated minute of its first firing notification."""
+    out: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for d in webhook.snapshot():
+        for alert in d.alerts:
+            if alert.get("status") != "firing":
+                continue
+            labels = alert.get("labels", {})
+            key = (labels.get("alertname", ""), labels.get("severity", ""))
+            out[key].setdefault(d.receiver, minute_at(d.received))
+    return out
+
+
+def targets_up(prom_url: str, seconds: float) -> dict[str, dict[str, Any]]:
+    """Per scrape job: its targets, how many were ever up during the run, the share of good scrapes."""
+    window = f"{max(1, round(seconds))}s"
+    jobs: dict[str, dict[str, Any]] = {}
+    for series in prometheus_query(prom_url, "query", {"query": f"avg_over_time(up[{window}])"})["result"]:
+        job = series["metric"].get("job", "")
+        share = float(series["value"][1])
+        entry = jobs.setdefault(job, {"targets": 0, "ever_up": 0, "scrapes_ok": 1.0})
+        entry["targets"] += 1
+        entry["ever_up"] += int(share > 0)
+        entry["scrapes_ok"] = round(min(entry["scrapes_ok"], share), 3)
+    return jobs
+
+
+def _verdict(scenario, alert: str, severity: str) -> str:
+    """What the scenario file says about an alert that fired: expected, allowed (why), or neither."""
+    if any(e.alert == alert and e.severity == severity for e in scenario.expect):
+        return "expected"
+    for allowed in (*scenario.may_fire, *scenario.known_false_alarms):
+        if allowed.alert == alert and allowed.severity == severity:
+            return f"may fire: {allowed.reason}"
+    if severity == "info":
+        return "info (dashboards only)"
+    return "not expected by the scenario"
+
+
+def from_prometheus(run, prom_url: str, webhook, driver, start: float, end: float) -> dict[str, Any]:
+    """The alerts that fired and reached on-call, and every scrape job's targets, while all still runs."""
+    scenario, onset = run.scenario, run.scenario.onset_minute
+
+    def minute_at(ts: float) -> float:
+        return round(driver.sim_time_at(ts) / 60.0, 1)
+
+    try:
+        fired = alerts_fired(prom_url, minute_at, start, end)
+        jobs = targets_up(prom_url, end - start)
+    except (OSError, ValueError, StackError) as exc:
+        raise StackError(f"Prometheus did not answer: {exc}") from None
+    reached = deliveries(webhook, minute_at)
+    for row in fired:
+        row["after_onset"] = None if onset is None else round(row["minute"] - onset, 1)
+        row["reached"] = reached.get((row["alert"], row["severity"]), {})
+        row["scenario_says"] = _verdict(scenario, row["alert"], row["severity"])
+    expected = []
+    for e in scenario.expect:
+        hit = next((r for r in fired if r["alert"] == e.alert and r["severity"] == e.severity), None)
+        after = hit["after_onset"] if hit else None
+        on_call = bool(hit) and any(r in ON_CALL for r in hit["reached"])
+        expected.append({"alert": e.alert, "severity": str(e.severity), "within_minutes": e.within_minutes,
+                         "fired_after_onset": after, "reached_on_call": on_call,
+                         "ok": after is not None and after <= e.within_minutes and on_call,
+                         "known_failure": e.known_failure})
+    return {"scenario": scenario.name, "title": scenario.title, "onset_minute": onset, "minutes": run.minutes,
+            "load_average": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
+            "speed": SPEED, "alerts": fired, "expected": expected, "scrape_jobs": jobs,
+            "files": {"rules": str(run.out / "rules"),
+                      "alertmanager": str(run.out / "alertmanager" / "alertmanager.yml"),
+                      "prometheus": str(run.out / "prometheus" / "prometheus.yml")}}
+
+
+def from_clickhouse(run, reader, base: float) -> dict[str, Any]:
+    """The slowest requests and their neighbours, stalls, the pools side by side, and the incident report."""
+    from infersight.pipelines.queries import library
+    from infersight.pipelines.queries.report import Settings, write_report
+    from infersight.pipelines.queries.window import Window
+    from infersight.pipelines.schema.ddl import TOKENS, TRACES
+
+    start, end = _utc(base), _utc(base + run.minutes * 60 + 120)
+    slowest = library.slowest(reader, "default", start, end, by="ttft", limit=5)
+    neighbours: list[dict[str, Any]] = []
+    if slowest and slowest[0]["instance"]:
+        worst = slowest[0]
+        at = worst["started"] + dt.timedelta(milliseconds=(worst["ttft_ms"] or 0) / 2)
+        neighbours = library.neighbors(reader, "default", worst["instance"], at)
+    stalls = library.window_stalls(reader, "default", start, end, min_gap_ms=STALL_MS)
+    pools = library.compare_pools(reader, "default", start, end)
+    report = write_report(reader, "default", Window(start, end), run.out / "report", min_gap_ms=STALL_MS,
+                          prometheus_url=None, settings=Settings.from_config(run.config))
+    spans = reader.query(f"SELECT count(), countIf(IsRequest) FROM {TRACES}").result_rows[0]
+    tokens = reader.query(f"SELECT count() FROM {TOKENS}").result_rows[0][0]
+    return {
+        "spans_stored": spans[0], "request_spans": spans[1], "token_rows": tokens,
+        "incident_clock": {"start": start, "end": end,
+                           "note": "spans carry the simulated times: the scenario ends a minute before the demo "
+                                   "started"},
+        "slowest_by_ttft": slowest, "neighbours_of_slowest": neighbours, "stalls": stalls, "pools": pools,
+        "report": [str(p) for p in report], "report_html": str(report.html),
+        "report_headline": report.headline.sentence,
+    }
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    onset = s["onset_minute"]
+    print(f"\n{s['scenario']}: {s['title']}")
+    print(f"  {s['minutes']} simulated minutes in {s['real_seconds']:g} s ({s['speed']:g}x), whole demo "
+          f"{s['total_seconds']:g} s; incident onset at minute {onset:g}" if onset is not None else "")
+    if s["held_s"] > 1:
+        print(f"  note: this machine was busy: the simulated clock was held back {s['held_s']:g} s in all "
+              "(the fleet ran slower than 60x rather than skip minutes)")
+    print("\nAlerts that fired (Prometheus ALERTS), and where Alertmanager sent them "
+          "(minutes are simulated minutes after onset):")
+    rows = [{"alert": r["alert"], "severity": r["severity"], "fired": _plus(r["after_onset"]),
+             "series": r["series"], "example": " ".join(f"{k}={v}" for k, v in r["example"].items()),
+             "reached": ", ".join(f"{k} {_plus(v - onset if onset is not None else v)}"
+                                  for k, v in sorted(r["reached"].items())) or "-",
+             "scenario": r["scenario_says"][:60]} for r in s["alerts"]]
+    print(render(rows, "table", ["alert", "severity", "fired", "reached", "scenario", "series", "example"]) if rows
+          else "  (none)")
+    if s["expected"]:
+        print("\nWhat this scenario must trip:")
+        for e in s["expected"]:
+            verdict = "ok" if e["ok"] else ("known failure: " + e["known_failure"] if e["known_failure"] else "MISSED")
+            fired = _plus(e["fired_after_onset"]) if e["fired_after_onset"] is not None else "did not fire"
+            print(f"  {e['alert']} ({e['severity']}): {fired}, deadline +{e['within_minutes']:g} min, "
+                  f"{'reached on-call' if e['reached_on_call'] else 'not delivered to on-call'}: {verdict}")
+    jobs = ", ".join(f"{job} {v['ever_up']}/{v['targets']} ({v['scrapes_ok']:.0%} of scrapes)"
+                     for job, v in sorted(s["scrape_jobs"].items()))
+    print(f"\nPrometheus scraped: {jobs}")
+    slow = [job for job, v in s["scrape_jobs"].items() if v["scrapes_ok"] < 0.9]
+    if slow:
+        print(f"  {', '.join(sorted(slow))} missed scrapes: the exporter did not answer within the scrape timeout "
+              f"(load average {s['load_average']:.1f} on {s['cpus']} CPUs); that is what InfersightExporterDown "
+              "reports")
+    print(f"\n{s['spans_stored']} spans ({s['request_spans']} requests traced of {s['requests_replayed']} served), "
+          f"{s['token_rows']} token rows in ClickHouse, on the incident's clock "
+          f"{s['incident_clock']['start']:%H:%M}-{s['incident_clock']['end']:%H:%M} UTC")
+    print("\nSlowest first tokens (infersight traces slowest --by ttft):")
+    print(render(s["slowest_by_ttft"], "table", ["trace_id", "started", "instance", "pool", "ttft_ms", "e2e_ms",
+                                                  "max_gap_ms", "input_tokens", "outcome"]))
+    if s["neighbours_of_slowest"]:
+        worst = s["slowest_by_ttft"][0]
+        phases: dict[str, int] = defaultdict(int)
+        for n in s["neighbours_of_slowest"]:
+            phases[n["phase"]] += 1
+        print(f"\nWhile the slowest waited, {worst['instance']} also had (infersight traces neighbors): "
+              + ", ".join(f"{n} {p}" for p, n in sorted(phases.items())))
+        print(render(s["neighbours_of_slowest"][:8], "table", ["trace_id", "phase", "running_for_ms",
+                                                                "prompt_tokens", "cached_tokens", "ttft_ms"]))
+    print(f"\nToken stalls over {STALL_MS} ms by instance and minute (infersight traces stalls):")
+    print(render(s["stalls"], "table", ["instance", "minute", "requests", "max_gap_ms", "mean_gap_ms"])
+          if s["stalls"] else "  (none)")
+    print("\nPools side by side (infersight traces compare):")
+    print(render(s["pools"], "table"))
+    if len({p["pool"] for p in s["pools"]}) < 2:
+        print("  (this scenario has one pool; 'infersight demo --scenario gpu-off-bus' runs a canary beside it)")
+    f = s["files"]
+    print(f"\nIncident report: {s['report_headline']}\n  {s['report_html']}")
+    print(f"Rules Prometheus evaluated (the generated ones, durations / {s['speed']:g}): {f['rules']}")
+    print(f"Alertmanager routing: {f['alertmanager']}    Prometheus config: {f['prometheus']}")
+    print("For your own cluster: infersight alerts build --out DIR; infersight dashboards build --out DIR")
+
+
+def _plus(minutes: float | None) -> str:
+    if minutes is None:
+        return "-"
+    return f"{'+' if minutes >= 0 else ''}{minutes:g} min"
