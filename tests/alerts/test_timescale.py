@@ -74,7 +74,6 @@ def test_every_generated_rule_scales_and_only_its_durations_change():
 
 
 @pytest.mark.real
-@pytest.mark.real
 def test_scaled_rules_pass_promtool(tmp_path):
     require_tool("promtool")
     from infersight.alerts import tools
@@ -89,7 +88,6 @@ def test_scaled_rules_pass_promtool(tmp_path):
     assert result.ok, result.output
 
 
-@pytest.mark.real
 @pytest.mark.real
 def test_alertmanager_waits_scale_and_pass_amtool(tmp_path):
     require_tool("amtool")
