@@ -27,7 +27,7 @@ INSERT_RETRIES = declare("infersight_pipeline_insert_retries_total", Kind.COUNTE
                          "Insert attempts retried after a failure.", PRODUCER)
 REENCODED_BATCHES = declare("infersight_pipeline_reencoded_batches_total", Kind.COUNTER, "", (),
                             "Batches ClickHouse refused once and took re-encoded, their array and map values "
-                            "rendered in Python (nested arrays or maps, NaN in an array, fields upb tolerated).",
+                            "rendered in Python (nested arrays or maps, fields upb tolerated).",
                             PRODUCER)
 SPOOL_BYTES = declare("infersight_pipeline_spool_bytes", Kind.GAUGE, "bytes", (),
                       "Bytes in the on-disk spool awaiting replay.", PRODUCER)

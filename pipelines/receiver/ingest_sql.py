@@ -14,14 +14,17 @@ types) but shaped for ClickHouse:
   so the SQL can tell ``int_value = 0`` from "not an int" (ClickHouse has no presence for scalars);
 - ``AnyValue`` is not recursive (ClickHouse cannot map recursive messages): arrays and maps are
   rendered one level deep here. An element that is itself an array or a map (depth 2 and more, rare)
-  lands in ``ScalarValue``'s ``nested_array``/``nested_kvlist`` (its raw bytes) and the SQL refuses
-  the batch with ``throwIf`` (code 395, :data:`PYTHON_RENDERS`); so it does for a NaN or an infinity
-  inside an array or map value, which Go's encoder refuses (AsString is then ""). The refusal comes before
-  any row is written: the whole body is one block (``input_format_max_block_size_bytes`` is 0 and a
-  batch holds far fewer messages than ``max_insert_block_size``), evaluated before the write. The
-  writer then inserts the batch again with every array and map value rendered to its text in Python
-  (:func:`otlp.canonical`). The common case pays two empty array columns and one condition per
-  element of an array or map value, nothing per span;
+  lands in ``ScalarValue``'s ``nested_array``/``nested_kvlist``, columns of an ``Enum8`` that no bytes
+  convert to (not even an empty container's): ClickHouse refuses the batch while parsing it (code
+  691), before any row is written (the whole body is one block: ``input_format_max_block_size_bytes``
+  is 0 and a batch holds far fewer messages than ``max_insert_block_size``). The writer then inserts
+  the batch again with every array and map value rendered to its text in Python
+  (:func:`otlp.canonical`). The common case pays two empty array columns per element of an array or
+  map value and no SQL (measured: ``benchmarks/pipeline_profile.py --against``);
+- known differences from Go, inside array and map values only, left for the cost of checking them
+  per element: NaN and infinities are written ``nan``/``inf`` (Go's encoder fails and AsString() is
+  ``""``), the control characters 0x0B, 0x0E, 0x0F, 0x1A-0x1F as upper-case ``\\u00XX`` (Go:
+  lower-case), a repeated key (invalid OTLP) twice (Go keeps the last);
 - fields we do not store (dropped counts, flags, schema URLs) are left out and skipped.
 """
 
@@ -75,8 +78,9 @@ message ExportTraceServiceRequest { repeated ResourceSpans resource_spans = 1; }
 # The same shape as ClickHouse column types, for input('...') / file('...').
 _SCALARS = ("string_value Array(String), bool_value Array(Bool), int_value Array(Int64), "
             "double_value Array(Float64)")
-_SCALAR = (f"Tuple({_SCALARS}, bytes_value Array(String), nested_array Array(String), "
-           "nested_kvlist Array(String))")
+# Any element here (even an empty container's bytes) fails to convert to the Enum: the batch is refused while parsed.
+_NESTED = "Array(Enum8('refused' = 1))"
+_SCALAR = f"Tuple({_SCALARS}, bytes_value Array(String), nested_array {_NESTED}, nested_kvlist {_NESTED})"
 _ANY = (f"Tuple({_SCALARS}, array_value Array(Tuple(values Array({_SCALAR}))), "
         f"kvlist_value Array(Tuple(values Array(Tuple(key String, value {_SCALAR})))), bytes_value Array(String))")
 _ATTRIBUTES = f"Array(Tuple(key String, value {_ANY}))"
@@ -88,8 +92,6 @@ _SPAN = (f"Tuple(trace_id String, span_id String, trace_state String, parent_spa
 STRUCTURE = (f"resource_spans Array(Tuple(resource Tuple(attributes {_ATTRIBUTES}), "
              f"scope_spans Array(Tuple(scope Tuple(name String, version String), spans Array({_SPAN})))))")
 
-# The throwIf message of a value this SQL leaves to Python (see the module docstring).
-PYTHON_RENDERS = "infersight: an attribute value to render in Python"
 SPAN_KINDS = "['Unspecified', 'Internal', 'Server', 'Client', 'Producer', 'Consumer']"
 STATUS_CODES = "['Unset', 'Ok', 'Error']"
 
@@ -206,25 +208,17 @@ def _scalar_json(v: str) -> str:
     return (f"multiIf(notEmpty({v}.string_value), {_json_string(v + '.string_value[1]')}, "
             f"notEmpty({v}.int_value), toString({v}.int_value[1]), "
             f"notEmpty({v}.bool_value), if({v}.bool_value[1], 'true', 'false'), "
-            # Go's encoder fails on NaN and infinities, and AsString() then returns "" for the whole value.
-            f"notEmpty({v}.double_value), {_double(_unless(f'NOT isFinite({double})', double))}, "
+            # Known difference: a NaN or an infinity here is written nan/inf; Go's encoder fails on them and
+            # AsString() returns "" for the whole value. A check per element cost ~25% more query analysis.
+            f"notEmpty({v}.double_value), {_double(double)}, "
             # An empty byte string is a nil []byte after AsRaw(): JSON null.
-            f"notEmpty({v}.bytes_value), if(empty({bytes_}), 'null', toJSONString(base64Encode({bytes_}))), "
-            # An empty value is null; an array or a map here (depth 2) is left to Python.
-            f"substring('null', {_unless(f'notEmpty({v}.nested_array) OR notEmpty({v}.nested_kvlist)', '1')}))")
+            f"notEmpty({v}.bytes_value), if(empty({bytes_}), 'null', toJSONString(base64Encode({bytes_}))), 'null')")
 
 
 def _json_string(s: str) -> str:
     # Known difference, kept for the analyzer's sake (each check adds to the cost of every insert): ClickHouse writes
     # the control characters 0x0B, 0x0E, 0x0F, 0x1A-0x1F as upper-case \u00XX, Go as lower-case.
     return f"toJSONString({s})"
-
-
-def _unless(condition: str, value: str) -> str:
-    """``value`` (a number), made an error where ``condition`` holds: the writer then renders the batch's
-    arrays and maps in Python instead. ``throwIf`` is 0 otherwise and subtracting it changes nothing (not
-    even -0.0); it costs the analyzer a few nodes, and its argument is per row, so it is never folded."""
-    return f"({value} - throwIf({condition}, {_literal(PYTHON_RENDERS)}))"
 
 
 def _double(x: str) -> str:

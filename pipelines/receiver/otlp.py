@@ -84,9 +84,8 @@ def canonical(payload: bytes) -> bytes:
     - Without unknown fields: upb keeps a field whose wire type does not match its number as an
       unknown field; ClickHouse's stricter parser refuses the whole message (code 436).
     - Every array and map attribute value (span, resource, event, link) replaced by its text,
-      :func:`render_any_value`: the insert SQL renders only one level and refuses what it cannot
-      write as Go does (nested arrays and maps, NaN in an array ...; see ingest_sql). A string
-      attribute is stored as it is, so the stored text is the same.
+      :func:`render_any_value`: the insert SQL renders only one level and refuses nested arrays and
+      maps (see ingest_sql). A string attribute is stored as it is, so the stored text is the same.
 
     Re-encoding costs a few us per span, so it is done only off the hot path: before a batch is
     spooled (acknowledged data must replay) and when ClickHouse has refused a batch once.

@@ -30,10 +30,9 @@ DEDUP_TABLES = ddl.DEDUP_TABLES
 # then kept in the spool. A permanent failure is rare (upb has already checked the request); when a
 # view fails, the main table may already hold the batch, so splitting it can store those rows twice
 # (ClickHouse has no transaction across a table and its views).
-# 395 (throwIf) and 691 (unknown Enum element) are the insert SQL's own refusals of values it leaves to
-# Python (ingest_sql: nested arrays and maps, NaN inside an array ...).
+# 691 (unknown Enum element) is how the insert SQL refuses a nested array or map, left to Python (ingest_sql).
 PERMANENT_CODES = frozenset({
-    6, 26, 27, 32, 33, 38, 41, 53, 69, 70, 72, 117, 131, 190, 321, 349, 395, 407, 469, 691,
+    6, 26, 27, 32, 33, 38, 41, 53, 69, 70, 72, 117, 131, 190, 321, 349, 407, 469, 691,
     433, 434, 435, 436, 437, 438, 439, 440, 441, 442, 443, 444, 445, 446,
 })
 _CODE = re.compile(r"Code: (\d+)")

@@ -207,9 +207,9 @@ class Writer:
             except InsertFailed as exc:
                 if not exc.permanent:
                     raise
-                # Refused while parsing or rendering, before any row was written (ingest_sql): nested
-                # arrays or maps, values SQL cannot write as Go does, fields upb tolerated. The whole
-                # batch once more in canonical form (values rendered in Python), then one by one.
+                # Refused while parsing, before any row was written (ingest_sql): nested arrays or maps,
+                # fields upb tolerated. The whole batch once more in canonical form (arrays and maps
+                # rendered in Python), and only if that fails too, request by request.
                 canonical_framed = frame([canonical(r.payload) for r in batch])
                 try:
                     self._insert_with_retries(canonical_framed, f"{token}.c", spans)
