@@ -19,11 +19,12 @@ exploded at insert), today's schema (the timeline's text stored once per request
 the llm_token_events view when read), and no token table at all; each with the timeline sent as
 JSON text (our tracer) and as an int array (other SDKs, the Collector).
 ``--against REF`` compares this checkout's insert SQL with the one at git REF (e.g. ``main``), side by
-side in one server on the same batch, interleaved rounds: the fixed cost per insert and ClickHouse's
-CPU per span into the Null table and into the full schema, with this/REF ratios. ``--nested-share``
+side in one server on the same batch, interleaved rounds: ClickHouse's CPU for an insert with an empty
+body (query analysis: the fixed cost per insert) and per span into the Null table and into the full
+schema, with this/REF ratios (CPU rather than wall time: steadier on a shared machine). ``--nested-share``
 puts a nested array attribute (depth 2) on that share of requests (this checkout's writer stores
 such a batch in two inserts: the refused one, then the re-encoded one; both are counted here).
-Bounded: one batch per case, three repetitions.
+Bounded: one batch per case, three (--against: five) repetitions.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def load_ingest_sql(ref: str):
     return module
 
 
-def against(traces: int, share: float, ref: str, nested_share: float, rounds: int = 3) -> None:
+def against(traces: int, share: float, ref: str, nested_share: float, rounds: int = 5) -> None:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     from infersight.pipelines.clickhouse_server import ClickHouseServer
@@ -196,15 +197,15 @@ def against(traces: int, share: float, ref: str, nested_share: float, rounds: in
                                settings=module.settings(f"against-{next(counter)}"))
             return time.perf_counter() - started, sum(cpu_seconds(p) for p in pids) - cpu
 
-        cases = [("fixed cost per insert (empty body), ms", "nul", b""),
+        cases = [("fixed cost per insert (empty body), CPU ms", "nul", b""),
                  ("parse + flatten + render (Null table), CPU us/span", "nul", framed),
                  ("+ write + views (full schema), CPU us/span", "full", framed)]
         results: dict[tuple[str, str], list[float]] = {}
         for _ in range(rounds):  # interleaved: both SQLs run back to back in every round
             for label, database, data in cases:
                 for name, module in modules.items():
-                    wall, cpu = run(module, database, data)
-                    value = wall * 1000 if not data else 1e6 * cpu / spans
+                    _, cpu = run(module, database, data)
+                    value = cpu * 1000 if not data else 1e6 * cpu / spans  # CPU: steadier than wall time
                     results.setdefault((label, name), []).append(value)
         client.close()
     print(f"\n{spans:,} spans in one batch, timelines on {share:.0%} of request spans, nested values on "

@@ -160,17 +160,31 @@ def users_xml(credentials: Credentials) -> str:
 
 
 def render_sql(credentials: Credentials, database: str, cluster: str | None = None) -> list[str]:
-    """The same two roles for a ClickHouse server or cluster (passwords as SHA-256 hashes only)."""
+    """The same two roles for a ClickHouse server or cluster (passwords as SHA-256 hashes only).
+
+    The script is authoritative: each user first loses every right (``REVOKE ALL``, so a user kept by
+    ``IF NOT EXISTS`` keeps nothing from before), then gets exactly its role. The writer's rights are on
+    the one database, plus ``CREATE DATABASE`` of that database only (``db migrate`` starts with
+    ``CREATE DATABASE IF NOT EXISTS``, which ClickHouse checks even when it exists) and the table
+    engines the migrations use (servers with ``table_engines_require_grant`` check them). No SOURCES:
+    neither user reaches ``file``, ``url``, ``remote``, ``s3`` ... (tests/pipelines/test_users_sql.py
+    runs these grants on a real ClickHouse).
+    """
     on = f" ON CLUSTER {ddl.identifier(cluster)}" if cluster else ""
     db = ddl.identifier(database)
     w, r = credentials.writer, credentials.reader
+    writer, reader = ddl.identifier(w.user), ddl.identifier(r.user)
+    engines = ", ".join(f"TABLE ENGINE ON {engine}" for engine in TABLE_ENGINES)
     return [
         f"CREATE SETTINGS PROFILE IF NOT EXISTS infersight_writer{on}",
         f"CREATE SETTINGS PROFILE IF NOT EXISTS infersight_reader{on} SETTINGS readonly = 1 CONST",
-        f"CREATE USER IF NOT EXISTS {ddl.identifier(w.user)}{on} IDENTIFIED WITH sha256_hash BY "
+        f"CREATE USER IF NOT EXISTS {writer}{on} IDENTIFIED WITH sha256_hash BY "
         f"{ddl.literal(w.sha256)} SETTINGS PROFILE infersight_writer",
-        f"CREATE USER IF NOT EXISTS {ddl.identifier(r.user)}{on} IDENTIFIED WITH sha256_hash BY "
+        f"CREATE USER IF NOT EXISTS {reader}{on} IDENTIFIED WITH sha256_hash BY "
         f"{ddl.literal(r.sha256)} SETTINGS PROFILE infersight_reader",
-        f"GRANT{on} {WRITER_TABLE_GRANTS} ON {db}.* TO {ddl.identifier(w.user)}",
-        f"GRANT{on} {READER_GRANTS} ON {db}.* TO {ddl.identifier(r.user)}",
+        f"REVOKE{on} ALL ON *.* FROM {writer}",
+        f"REVOKE{on} ALL ON *.* FROM {reader}",
+        f"GRANT{on} {WRITER_TABLE_GRANTS} ON {db}.* TO {writer}",
+        f"GRANT{on} CREATE DATABASE ON {db}.*, {engines} TO {writer}",
+        f"GRANT{on} {READER_GRANTS} ON {db}.* TO {reader}",
     ]

@@ -97,8 +97,12 @@ def test_render_users_prints_the_two_roles_with_hashes_only(tmp_path, capsys):
         assert (f"CREATE USER IF NOT EXISTS `{role.user}` ON CLUSTER `llm` IDENTIFIED WITH sha256_hash BY "
                 f"'{hashlib.sha256(role.password.encode()).hexdigest()}' SETTINGS PROFILE {role.user}") in out
     assert "CREATE SETTINGS PROFILE IF NOT EXISTS infersight_reader ON CLUSTER `llm` SETTINGS readonly = 1 CONST" in out
-    [writer_grant] = [line for line in out.splitlines() if line.endswith(f"TO `{w.user}`;")]
+    writer_grants = [line for line in out.splitlines() if line.endswith(f"TO `{w.user}`;")]
     [reader_grant] = [line for line in out.splitlines() if line.endswith(f"TO `{r.user}`;")]
-    assert "ON `obs`.*" in writer_grant and "INSERT" in writer_grant and "DATABASE," not in writer_grant
+    [tables, database] = writer_grants  # the tables of the one database; creating that database, and engines
+    assert "ON `obs`.*" in tables and "INSERT" in tables and "CREATE DATABASE" not in tables
+    assert database.startswith("GRANT ON CLUSTER `llm` CREATE DATABASE ON `obs`.*, TABLE ENGINE ON MergeTree")
     assert reader_grant == f"GRANT ON CLUSTER `llm` {clickhouse_users.READER_GRANTS} ON `obs`.* TO `{r.user}`;"
+    for role in (w, r):  # authoritative: whatever an existing user had is taken first
+        assert out.index(f"REVOKE ON CLUSTER `llm` ALL ON *.* FROM `{role.user}`;") < out.index(f"TO `{role.user}`;")
     assert "INSERT" not in reader_grant and not re.search(r"\b(FILE|SOURCES|URL|S3)\b", out)
