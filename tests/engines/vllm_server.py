@@ -24,6 +24,7 @@ PYTHON = VENV / "bin" / "python"
 MODEL_DIR = VENV / "tiny-model"
 SCRATCH = VENV / "scratch"
 SERVED_MODEL = "tiny-llama"
+SERVICE_NAME = "vllm"  # OTEL_SERVICE_NAME of the traced server
 READY_TIMEOUT_S = 300.0  # a cold start on two busy cores; usually 30-60 s
 # Small enough that a few concurrent requests queue and fill the KV cache: 4 sequences at once,
 # 48 blocks of 32 tokens (1,536 tokens) of KV cache (the CPU attention wants blocks of 32).
@@ -69,13 +70,15 @@ def ensure_model() -> Path:
 class VLLMServer:
     """One vLLM OpenAI API server process; ``base_url`` is ``http://127.0.0.1:PORT``."""
 
-    def __init__(self, port: int, log_path: Path, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, port: int, log_path: Path, extra_args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.port = port
         self.host = "127.0.0.1"
         self.base_url = f"http://{self.host}:{port}"
         self.instance = f"{self.host}:{port}"
         self.log_path = log_path
         self.extra_args = tuple(extra_args)
+        self.extra_env = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self.ready_seconds: float | None = None
 
@@ -92,7 +95,7 @@ class VLLMServer:
         command = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                    "--served-model-name", SERVED_MODEL, "--host", self.host, "--port", str(self.port),
                    *DEFAULT_ARGS, *self.extra_args]
-        env = _environment()
+        env = _environment() | self.extra_env
         started = time.monotonic()
         log = open(self.log_path, "ab")
         # Its own process group: vLLM starts an engine-core child, and stop() must end both.
