@@ -15,6 +15,7 @@ from infersight.collectors.engine.engines import VLLM
 from infersight.collectors.engine.targets import Target
 from infersight.signals import engine as sig
 from infersight.signals.catalog import Kind
+from tests.engines.vllm_server import CLIENT_TIMEOUT_S
 
 SHARED_PREFIX = "You are a careful assistant who answers briefly and precisely. " * 8  # > 3 blocks of 32
 
@@ -53,7 +54,8 @@ def client(vllm):
     """A factory: an openai client belongs to one event loop, so each asyncio.run makes its own."""
     import openai
 
-    return lambda: openai.AsyncOpenAI(base_url=vllm.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
+    return lambda: openai.AsyncOpenAI(base_url=vllm.base_url + "/v1", api_key="none", max_retries=0,
+                                      timeout=CLIENT_TIMEOUT_S)
 
 
 def wait_idle(collector: EngineCollector, timeout: float = 60.0) -> dict[str, list]:

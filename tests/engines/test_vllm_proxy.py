@@ -10,6 +10,7 @@ import pytest
 
 from infersight import attributes as attr
 from infersight.signals import request as req_sig
+from tests.engines.vllm_server import CLIENT_TIMEOUT_S
 from tests.instrumentation.proxy_harness import ProxyStack
 
 MESSAGES = [{"role": "user", "content": "Tell me about caches, in bytes: Grüße, 東京, 🙂."}]
@@ -25,7 +26,7 @@ def stack(vllm):
 def client(stack):
     import openai
 
-    return openai.OpenAI(base_url=stack.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=stack.url + "/v1", api_key="none", max_retries=0, timeout=CLIENT_TIMEOUT_S)
 
 
 def last_span(stack, count: int):
@@ -89,7 +90,7 @@ def test_client_disconnect_is_cancelled_and_vllm_stops(stack, vllm):
     async def leave_early():
         import openai
 
-        api = openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="none", max_retries=0, timeout=120)
+        api = openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="none", max_retries=0, timeout=CLIENT_TIMEOUT_S)
         stream = await api.chat.completions.create(model="tiny-llama", messages=MESSAGES, max_tokens=900,
                                                    stream=True, extra_body={"ignore_eos": True})
         seen = 0

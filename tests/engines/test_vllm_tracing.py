@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from infersight import attributes as attr
 from infersight.pipelines.schema import ddl
-from tests.engines.vllm_server import SERVED_MODEL, SERVICE_NAME
+from tests.engines.vllm_server import CLIENT_TIMEOUT_S, SERVED_MODEL, SERVICE_NAME
 
 # vLLM's families whose increase the spans must add up to (vllm/v1/metrics/loggers.py): each observes
 # the same per-request value that do_tracing puts on the span.
@@ -64,13 +64,13 @@ async def requests(vllm, traceparent: str) -> list[tuple[str, object]]:
     """Seven requests at once on an engine that runs four: (vLLM's request id, the answer's usage)."""
     import openai
 
-    api = openai.AsyncOpenAI(base_url=vllm.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
+    api = openai.AsyncOpenAI(base_url=vllm.base_url + "/v1", api_key="none", max_retries=0, timeout=CLIENT_TIMEOUT_S)
     prompt = "Trace me through the engine, token by token. "
 
     async def chat(n: int, stream: bool, headers: dict):
         kwargs = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
         answer = await api.chat.completions.create(
-            model=SERVED_MODEL, messages=[{"role": "user", "content": prompt * (n + 1)}], max_tokens=24 + 8 * n,
+            model=SERVED_MODEL, messages=[{"role": "user", "content": prompt * (n + 1)}], max_tokens=16 + 4 * n,
             extra_body={"ignore_eos": True}, extra_headers=headers, **kwargs)
         if stream:
             usage = [chunk.usage async for chunk in answer if chunk.usage is not None][-1]
@@ -79,7 +79,7 @@ async def requests(vllm, traceparent: str) -> list[tuple[str, object]]:
         return "chatcmpl-" + headers["X-Request-Id"], usage
 
     async def text(n: int, headers: dict):
-        answer = await api.completions.create(model=SERVED_MODEL, prompt=prompt * (n + 2), max_tokens=40,
+        answer = await api.completions.create(model=SERVED_MODEL, prompt=prompt * (n + 2), max_tokens=24,
                                               extra_body={"ignore_eos": True}, extra_headers=headers)
         return f"cmpl-{headers['X-Request-Id']}-0", answer.usage  # a text completion's id names its prompt
 

@@ -26,6 +26,9 @@ SCRATCH = VENV / "scratch"
 SERVED_MODEL = "tiny-llama"
 SERVICE_NAME = "vllm"  # OTEL_SERVICE_NAME of the traced server
 READY_TIMEOUT_S = 300.0  # a cold start on two busy cores; usually 30-60 s
+# The openai clients' deadline per request: generous, because tests wait for events, not durations
+# (at a load of 20 on two shared cores, eight 160-token requests on four sequences took over 120 s).
+CLIENT_TIMEOUT_S = 600.0
 # Small enough that a few concurrent requests queue and fill the KV cache: 4 sequences at once,
 # 48 blocks of 32 tokens (1,536 tokens) of KV cache (the CPU attention wants blocks of 32).
 DEFAULT_ARGS = ("--max-model-len", "1024", "--enable-prefix-caching", "--enable-prompt-tokens-details",
