@@ -18,6 +18,7 @@ from infersight.signals.catalog import Kind
 from tests.engines.vllm_server import CLIENT_TIMEOUT_S
 
 SHARED_PREFIX = "You are a careful assistant who answers briefly and precisely. " * 8  # > 3 blocks of 32
+LOAD_TOKENS = 96  # per request of the load test: four run while four wait, long enough to be seen
 
 
 def collect(collector: EngineCollector) -> dict[str, list]:
@@ -121,7 +122,7 @@ def test_running_waiting_and_kv_usage_under_load(vllm, collector, client):
 
     async def load():
         api = client()
-        tasks = [asyncio.create_task(chat(api, SHARED_PREFIX + f"load {i} " * 20, 160)) for i in range(8)]
+        tasks = [asyncio.create_task(chat(api, SHARED_PREFIX + f"load {i} " * 20, LOAD_TOKENS)) for i in range(8)]
         while not all(t.done() for t in tasks):
             ours = await asyncio.to_thread(collect, collector)
             seen["running"] = max(seen["running"], value(ours[sig.REQUESTS_RUNNING.name], sig.REQUESTS_RUNNING.name))
@@ -131,7 +132,7 @@ def test_running_waiting_and_kv_usage_under_load(vllm, collector, client):
         return [t.result() for t in tasks]
 
     results = asyncio.run(load())
-    assert all(r.usage.completion_tokens == 160 for r in results)
+    assert all(r.usage.completion_tokens == LOAD_TOKENS for r in results)
     assert seen["running"] == 4  # --max-num-seqs 4
     assert seen["waiting"] >= 1
     assert 0 < seen["kv"] <= 1
