@@ -98,11 +98,11 @@ class DemoRun:
         out, config = self.out, self.config
         self._step(1, f"embedded ClickHouse in {out / 'clickhouse'}, OTLP receivers")
         server = ClickHouseServer(out / "clickhouse", port=0)
+        self._on_stop("ClickHouse", server.stop)  # before start: a Ctrl-C while it starts stops it too
         try:
             server.start()
         except ClickHouseServerError as exc:
             raise StackError(f"embedded ClickHouse did not start: {exc}") from None
-        self._on_stop("ClickHouse", server.stop)
         client = server.client()
         migrations.migrate(client, SchemaOptions(database="default", retention=config.clickhouse.retention))
         client.close()
@@ -120,6 +120,7 @@ class DemoRun:
         alertmanager, am_url = start_alertmanager(self.binaries["prometheus-alertmanager"],
                                                   self._folder("alertmanager"), am_config)
         self._on_stop("Alertmanager", alertmanager.stop)
+        alertmanager.wait_ready()
         endpoints = FleetEndpoints(None, self.lock)
         self._on_stop("fleet endpoints", endpoints.stop)
         engine_port = self._serve_engine_collector(endpoints)
@@ -129,8 +130,10 @@ class DemoRun:
         prometheus, prom_url = start_prometheus(self.binaries["prometheus"], self._folder("prometheus"), prom_config,
                                                 LOOKBACK)
         self._on_stop("Prometheus", prometheus.stop)
+        prometheus.wait_ready()
 
-        self._step(3, f"{self.scenario.name}: {self.scenario.title}")
+        self._step(3, f"{self.scenario.name}: {self.scenario.title} (Prometheus pid {prometheus.pid}, Alertmanager "
+                      f"pid {alertmanager.pid}, ClickHouse pid {server.proc.pid})")
         from infersight.instrumentation import RequestTracer, TailSampler, setup_tracing
         from infersight.simulator.fleet import Fleet
         from infersight.simulator.realtime import RealTimeDriver

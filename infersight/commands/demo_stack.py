@@ -14,7 +14,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -180,29 +179,34 @@ class Webhook:
 
 
 class Child:
-    """A child process (Prometheus, Alertmanager) in its own session, stopped by its PID."""
+    """A child process (Prometheus, Alertmanager) in its own session, stopped by its PID.
 
-    def __init__(self, name: str, argv: list[str], folder: Path, ready_url: str,
-                 ready: Callable[[bytes], bool] = lambda body: True, timeout_s: float = 60.0) -> None:
-        self.name = name
+    Started by the constructor; :meth:`wait_ready` waits for its HTTP readiness. Register
+    :meth:`stop` before waiting, so that a Ctrl-C during the wait stops it too.
+    """
+
+    def __init__(self, name: str, argv: list[str], folder: Path, ready_url: str) -> None:
+        self.name, self.ready_url = name, ready_url
         self.log_path = folder / f"{Path(argv[0]).name}.log"
         with open(self.log_path, "wb") as log:
+            # its own session: a Ctrl-C in the terminal reaches the demo, which stops it in order
             self.proc = subprocess.Popen(argv, cwd=folder, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         self.pid = self.proc.pid
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
-                raise StackError(f"{name} exited at start (code {self.proc.returncode}):\n{self.log_tail()}")
+                raise StackError(f"{self.name} exited at start (code {self.proc.returncode}):\n{self.log_tail()}")
             try:
-                with urllib.request.urlopen(ready_url, timeout=2) as resp:
-                    if resp.status == 200 and ready(resp.read()):
+                with urllib.request.urlopen(self.ready_url, timeout=2) as resp:
+                    if resp.status == 200:
                         return
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                self.stop()
-                raise StackError(f"{name} not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+                raise StackError(f"{self.name} not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
             time.sleep(0.1)
 
     def log_tail(self, lines: int = 15) -> str:

@@ -3,6 +3,10 @@ tracer, receiver and ClickHouse, scraped by a real Prometheus that sends the gen
 alerts through a real Alertmanager to the demo's webhook."""
 
 import json
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +93,38 @@ def test_demo_refuses_an_unusable_out(no_servers, tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "mine")]) == 2
     assert "holds files the demo did not write" in capsys.readouterr().err
     assert (tmp_path / "mine" / "notes.txt").read_text() == "precious"
+
+
+@pytest.mark.real
+def test_ctrl_c_stops_every_process_the_demo_started(tmp_path):
+    require_tool("prometheus")
+    require_tool("prometheus-alertmanager")
+    require_chdb()
+    out = tmp_path / "demo"
+    proc = subprocess.Popen([sys.executable, "-m", "infersight", "demo", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        for line in proc.stderr:  # wait until the fleet runs, with every part started
+            if line.startswith("[3/"):
+                pids = [int(p) for p in re.findall(r"pid (\d+)", line)]
+                break
+        assert len(pids) == 3, "the demo did not get to its run"
+        for line in proc.stderr:
+            if "minute" in line:  # the fleet is running
+                break
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, rest
+    assert "interrupted at simulated minute" in rest and "Traceback" not in rest
+    for pid in pids:  # Prometheus, Alertmanager and ClickHouse are gone
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), pid
+    # and nothing else still runs on the demo's folder
+    for status in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            assert str(out) not in status.read_bytes().decode(errors="replace"), status
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
