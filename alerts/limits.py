@@ -34,6 +34,7 @@ class Limits:
     # scale-out
     gateway_queue_depth: float
     forecast_hours: float
+    forecast_min_demand_share: float
     requests_per_instance: int  # capacity model: concurrent requests one instance serves at the target rate
     target_tokens_per_s: float
     # circuit breaker
@@ -108,6 +109,7 @@ def limits_from_config(config: Config) -> Limits:
         rising_share=th.ttft_slo_share_rising,
         gateway_queue_depth=th.gateway_queue_depth,
         forecast_hours=th.forecast_hours,
+        forecast_min_demand_share=th.forecast_min_demand_share,
         requests_per_instance=capacity.max_concurrent_requests_at_target,
         target_tokens_per_s=cap.target_tokens_per_s,
         instance_p99_ttft_seconds=th.instance_p99_ttft_seconds,

@@ -65,6 +65,9 @@ class Thresholds(Section):
     gateway_queue_depth: float = Field(50, gt=0, description="30-minute mean gateway queue depth to scale out")
     ttft_slo_share_rising: float = Field(0.7, gt=0, le=1, description="p95 TTFT over this share of the SLO and rising")
     forecast_hours: float = Field(2, gt=0, le=24)
+    forecast_min_demand_share: float = Field(
+        0.9, gt=0, lt=1, description="the demand forecast pages only once demand is over this share of capacity "
+                                     "(a normal ramp peaking under it stays quiet)")
     instance_p99_ttft_seconds: float = Field(5.0, gt=0, description="per-instance p99 to half-open the breaker")
     retry_ratio: float = Field(0.2, gt=0, description="retries per request, fleet-wide, for a retry storm")
     ejection_share: float = Field(0.3, gt=0, le=1, description="share of instances ejected within 5m")

@@ -7,7 +7,7 @@ import math
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
-from infersight.alerts.rules.common import MODEL, POOL, instance_labels, lab, request_labels, require, val
+from infersight.alerts.rules.common import MODEL, POOL, instance_labels, lab, pct, request_labels, require, val
 from infersight.alerts.series import gauge, histogram, observations_near, quantile, ramp
 from infersight.signals import gateway, request
 
@@ -106,45 +106,67 @@ def ttft_near_slo_rising(limits: Limits) -> Alert:
     )
 
 
+def morning_ramp(minute: int) -> float:
+    """The incident account's ordinary morning, as a share of capacity: from the night's 0.3 a smooth
+    ramp over three hours that flattens at 0.86, then the day's plateau; deterministic wander on top."""
+    low, peak, ramp_minutes = 0.3, 0.86, 180
+    level = low + (peak - low) * (1 - math.cos(math.pi * min(minute, ramp_minutes) / ramp_minutes)) / 2
+    wander = 0.004 * math.sin(minute * 12.9898) * math.cos(minute * 4.1414)
+    return min(peak, level + wander)
+
+
 def demand_forecast(limits: Limits) -> Alert:
     per_instance = limits.requests_per_instance
     horizon_s = round(limits.forecast_hours * 3600)
+    share = limits.forecast_min_demand_share
     instances = 2
     capacity = instances * per_instance
-    at = 70
-    # Demand at 90% of capacity, rising so that the forecast lands at about 120%.
-    now = round(0.9 * capacity)
-    slope = math.ceil(0.3 * capacity / (limits.forecast_hours * 60))
-    ramp_minutes = min(60, now // slope)  # a shorter history still gives predict_linear a line
-    start = now - slope * ramp_minutes
-    forecast = now + slope * horizon_s / 60
-    require(ramp_minutes >= 15 and now < capacity < forecast, f"forecast {forecast} must cross capacity {capacity}")
+    serving = f"on (model) ({rec.SERVING_INSTANCES} * {per_instance})"
 
-    def fleet(in_flight):
+    def fleet(in_flight, minutes: int):
         states = []
         for i in range(instances):
             labels = instance_labels(f"i{i}")
-            states += [gauge(gateway.INSTANCE_STATE, {**labels, "state": "healthy"}, [(1, at)]),
-                       gauge(gateway.INSTANCE_STATE, {**labels, "state": "ejected"}, [(0, at)])]
+            states += [gauge(gateway.INSTANCE_STATE, {**labels, "state": "healthy"}, [(1, minutes)]),
+                       gauge(gateway.INSTANCE_STATE, {**labels, "state": "ejected"}, [(0, minutes)])]
         return [in_flight, *states]
 
-    rising = ramp(request.IN_FLIGHT, request_labels(), start, slope, ramp_minutes + 10,
-                  absent_minutes=at - ramp_minutes)
-    flat = gauge(request.IN_FLIGHT, request_labels(), [(round(0.95 * capacity), at)])
+    # Sustained growth: from 40% of capacity, a quarter of capacity more every hour, crossing capacity
+    # (where TTFT breaks its SLO) at minute `crossing`; the alert must fire ahead of it.
+    start = round(0.4 * capacity)
+    slope = 0.25 * capacity / 60
+    crossing = math.ceil((capacity - start) / slope)
+    over_share = math.floor((share * capacity - start) / slope) + 1  # first minute over the share
+    at = over_share + 6  # pending from over_share on, firing 5 minutes later
+    forecast = start + slope * at + slope * horizon_s / 60
+    rising = ramp(request.IN_FLIGHT, request_labels(), start, slope, crossing + 10)
+    # The ordinary morning: the old rule's 1 h forecast crossed capacity for 38 minutes of it.
+    day = 300
+    morning = [round(morning_ramp(m) * capacity) for m in range(day)]
+    require(max(morning) < share * capacity < capacity < forecast and at < crossing,
+            f"growth must cross capacity {capacity} after passing {share:g} of it; the morning must stay under")
+    flat = gauge(request.IN_FLIGHT, request_labels(), [(round(0.95 * capacity), 70)])
     return Alert(
         name="LLMDemandForecastOverCapacity",
-        expr=(f"predict_linear({rec.IN_FLIGHT_SUM}[1h], {horizon_s}) "
-              f"> on (model) ({rec.SERVING_INSTANCES} * {per_instance})"),
-        for_="10m",
+        expr=(f"predict_linear({rec.IN_FLIGHT_SUM}[1h], {horizon_s}) > {serving}\n"
+              f"and on (model) {rec.IN_FLIGHT_SUM} > {serving} * {num(share)}"),
+        # The share gate keeps a normal ramp quiet; a long wait on top only made the warning late.
+        for_="5m",
         severity=Severity.WARNING,
         signal=SIGNAL,
-        summary="Demand is forecast to exceed serving capacity within the forecast horizon.",
+        summary="Demand is over most of serving capacity and forecast to exceed it within the forecast horizon.",
         description=(f"At the trend of the last hour, {lab('model')} will have {val(0)} requests in flight within "
                      f"{num(limits.forecast_hours)}h, more than its serving instances hold ({per_instance} each at "
-                     f"{num(limits.target_tokens_per_s)} tok/s, from the capacity model)."),
+                     f"{num(limits.target_tokens_per_s)} tok/s, from the capacity model); demand is already over "
+                     f"{pct(share)} of that capacity."),
         cases=[
-            Case("linear growth crosses capacity", fleet(rising), at, [Expected({"model": MODEL}, forecast)]),
-            Case("flat demand just under capacity", fleet(flat), at),
+            Case(f"sustained growth (a quarter of capacity an hour): {crossing - at} minutes before it crosses "
+                 "capacity", fleet(rising, crossing + 10), at, [Expected({"model": MODEL}, forecast)],
+                 quiet_at=[over_share - 1]),
+            Case("ordinary morning ramp flattening at 0.86 of capacity",
+                 fleet(gauge(request.IN_FLIGHT, request_labels(), [(v, 1) for v in morning]), day), day - 1,
+                 quiet_at=range(60, day - 1, 5)),
+            Case("flat demand just under capacity", fleet(flat, 70), 69),
         ],
     )
 

@@ -20,7 +20,9 @@ def custom_config_data(secret_dir) -> dict:
         "slo": {"ttft_seconds": 0.5, "ttft_objective": 0.995, "ttft_p95_seconds": 0.8},
         "thresholds": {
             "gateway_queue_depth": 20, "ttft_slo_share_rising": 0.75, "forecast_hours": 1,
-            "instance_p99_ttft_seconds": 2.0, "retry_ratio": 0.1, "ejection_share": 0.25, "flaps_per_15m": 3,
+            "forecast_min_demand_share": 0.95,
+            "instance_p99_ttft_seconds": 2.0, "retry_ratio": 0.1,
+            "ejection_share": 0.25, "flaps_per_15m": 3,
             "rejection_ratio": 0.02, "bandwidth_saturation": 0.85, "compute_low": 0.4, "kv_usage_near_full": 0.9,
             "prefix_hit_collapse": 0.6, "gpu_temperature_celsius": 80, "cold_start_minutes": 10,
             "cold_cache_hit_ratio": 0.2, "spans_rejected_ratio": 0.05, "exporter_jobs": "infersight-.*",
