@@ -277,27 +277,37 @@ def report(r: dict) -> None:
           f"  CPU: ClickHouse {r['cpu_clickhouse_s']:.1f} s ({r['cpu_clickhouse_s'] / cpu:.0%}), receiver "
           f"{r['cpu_receiver_s']:.1f} s ({r['cpu_receiver_s'] / cpu:.0%}), load generator {r['cpu_loadgen_s']:.1f} s; "
           f"{1e6 * cpu / r['spans']:.1f} CPU-us per span stored; {cpu / r['seconds']:.2f} of 2 cores busy\n"
-          f"  peak RSS: receiver {r['rss_receiver_mb']:.0f} MiB, ClickHouse {r['rss_clickhouse_mb']:.0f} MiB",
+          f"  peak RSS: receiver {r['rss_receiver_mb']:.0f} MiB, ClickHouse {r['rss_clickhouse_mb']:.0f} MiB"
+          + (f"; load average {r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f}" if "load_average" in r else ""),
           flush=True)
 
 
-def parse_case(text: str) -> tuple[float, int, str]:
-    """``SHARE/PARALLELISM[/ENCODING]``: timeline share, pipeline.insert_parallelism, text|array."""
+Case = tuple[float, int, str, int | None]
+
+
+def parse_case(text: str) -> Case:
+    """``SHARE/PARALLELISM[/ENCODING[/INSERTS]]``: timeline share, pipeline.insert_parallelism, text|array,
+    pipeline.insert_threads (concurrent inserts; default --insert-threads)."""
     parts = text.split("/")
     try:
         share, parallelism = float(parts[0]), int(parts[1])
         encoding = parts[2] if len(parts) > 2 else "text"
+        inserts = int(parts[3]) if len(parts) > 3 else None
     except (IndexError, ValueError):
-        raise argparse.ArgumentTypeError(f"case {text!r}: expected SHARE/PARALLELISM[/text|array], e.g. 0/2") from None
-    if not 0 <= share <= 1 or parallelism < 1 or encoding not in ("text", "array"):
-        raise argparse.ArgumentTypeError(f"case {text!r}: share within 0..1, parallelism >= 1, text or array")
-    return share, parallelism, encoding
+        raise argparse.ArgumentTypeError(f"case {text!r}: expected SHARE/PARALLELISM[/text|array[/INSERTS]], "
+                                         "e.g. 0/2 or 0/1/text/1") from None
+    if (not 0 <= share <= 1 or parallelism < 1 or encoding not in ("text", "array") or len(parts) > 4
+            or (inserts is not None and inserts < 1)):
+        raise argparse.ArgumentTypeError(f"case {text!r}: share within 0..1, parallelism >= 1, text or array, "
+                                         "inserts >= 1")
+    return share, parallelism, encoding, inserts
 
 
-def case_name(case: tuple[float, int, str]) -> str:
-    share, parallelism, encoding = case
+def case_name(case: Case) -> str:
+    share, parallelism, encoding, inserts = case
     timelines = f"{share:.0%} timelines ({encoding})" if share else "no timelines"
-    return f"{timelines}, {parallelism} insert thread{'s' if parallelism > 1 else ''}"
+    name = f"{timelines}, {parallelism} insert thread{'s' if parallelism > 1 else ''}"
+    return name if inserts is None else f"{name}, {inserts} concurrent insert{'s' if inserts > 1 else ''}"
 
 
 def main() -> int:
@@ -307,7 +317,8 @@ def main() -> int:
                         metavar="SHARE/PARALLELISM[/ENCODING]",
                         help="cases, run in this order in every round; the first is the baseline the others are "
                              "compared with (default: 0/1 0/2 1/2, i.e. no timelines with one insert thread as "
-                             "before issue 18, then two, then every request span with a timeline)")
+                             "before issue 18, then two, then every request span with a timeline; a fourth field "
+                             "sets the concurrent inserts, e.g. 0/1/text/1 against 0/1/text/2)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of all cases, interleaved (default 2)")
     parser.add_argument("--concurrency", type=int, default=600, help="concurrent client connections")
     parser.add_argument("--timeout", type=float, default=180, help="limit per case, seconds")
@@ -326,17 +337,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="infersight-bench-") as tmp:
         for round_number in range(args.rounds):
             for case in args.cases:
-                share, parallelism, encoding = case
+                share, parallelism, encoding, inserts = case
                 pipeline = {"batch_rows": args.batch_rows, "queue_max_spans": args.queue_max_spans,
-                            "insert_threads": args.insert_threads, "insert_parallelism": parallelism}
+                            "insert_threads": inserts or args.insert_threads, "insert_parallelism": parallelism}
                 if args.batch_bytes:
                     pipeline["batch_bytes"] = args.batch_bytes
-                workdir = Path(tmp) / f"r{round_number}-{share}-{parallelism}-{encoding}"
+                workdir = Path(tmp) / f"r{round_number}-{share}-{parallelism}-{encoding}-{inserts}"
                 workdir.mkdir()
                 print(f"\nround {round_number + 1}: {case_name(case)}", end="", flush=True)
+                load_before = os.getloadavg()[0]
                 r = run_case(args.traces, share, args.concurrency, args.timeout, workdir, pipeline, args.protocol,
                              encoding)
-                r.update(round=round_number, case=case_name(case), insert_parallelism=parallelism, encoding=encoding)
+                r.update(round=round_number, case=case_name(case), insert_parallelism=parallelism, encoding=encoding,
+                         insert_threads=pipeline["insert_threads"], load_average=(load_before, os.getloadavg()[0]))
                 rows.append(r)
                 report(r)
     summarize(rows, [case_name(c) for c in args.cases])
@@ -349,7 +362,7 @@ def summarize(rows: list[dict], names: list[str]) -> None:
     case of the same round (the first case), so that load from other jobs cancels out as far as it can."""
     baseline = names[0]
     print(f"\nsummary (min..max over rounds; ratios against '{baseline}' in the same round)")
-    print(f"{'case':<44}{'spans/s':>20}{'x baseline':>16}{'CPU-us/span':>16}{'cores busy':>14}")
+    print(f"{'case':<64}{'spans/s':>20}{'x baseline':>16}{'CPU-us/span':>16}{'cores busy':>14}{'load avg':>12}")
     for name in names:
         mine = [r for r in rows if r["case"] == name]
         ratios = []
@@ -359,8 +372,9 @@ def summarize(rows: list[dict], names: list[str]) -> None:
         rates = [r["spans_per_s"] for r in mine]
         cpu = [1e6 * (r["cpu_clickhouse_s"] + r["cpu_receiver_s"]) / r["spans"] for r in mine]
         busy = [(r["cpu_clickhouse_s"] + r["cpu_receiver_s"]) / r["seconds"] for r in mine]
-        print(f"{name:<44}{min(rates):>10,.0f}..{max(rates):<8,.0f}{min(ratios):>8.2f}..{max(ratios):<6.2f}"
-              f"{min(cpu):>8.1f}..{max(cpu):<6.1f}{min(busy):>7.2f}..{max(busy):<5.2f}")
+        load = [value for r in mine for value in r["load_average"]]
+        print(f"{name:<64}{min(rates):>10,.0f}..{max(rates):<8,.0f}{min(ratios):>8.2f}..{max(ratios):<6.2f}"
+              f"{min(cpu):>8.1f}..{max(cpu):<6.1f}{min(busy):>7.2f}..{max(busy):<5.2f}{min(load):>6.1f}..{max(load):<5.1f}")
 
 
 if __name__ == "__main__":
