@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,14 @@ def _fail(message: str, code: int = 2) -> int:
     return fail("demo", message, code)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: stop everything, then exit."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated()
+
+
 def run_demo(args, config: Config) -> int:
     from infersight.commands import demo_stack
     from infersight.commands.demo_stack import StackError
@@ -86,18 +95,20 @@ def run_demo(args, config: Config) -> int:
     from infersight.commands.demo_run import DemoRun
 
     run = DemoRun(config, scenario, minutes, out, binaries, quiet=args.format == Format.JSON)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # a `kill` or a CI timeout stops it as Ctrl-C does
     try:
         summary = run.run()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         run.stop_all()
-        print(f"\ninfersight demo: interrupted at simulated minute {run.minute():.0f}; everything it started "
-              "is stopped", file=sys.stderr)
-        return 130
+        print(f"\ninfersight demo: {'terminated' if isinstance(exc, Terminated) else 'interrupted'} at simulated "
+              f"minute {run.minute():.0f}; everything it started is stopped", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     except StackError as exc:
         run.stop_all()
         return _fail(str(exc), 1)
     finally:
         run.stop_all()
+        signal.signal(signal.SIGTERM, previous)
     from infersight.commands.demo_summary import print_summary
 
     if args.format == Format.JSON:
@@ -127,6 +138,20 @@ def _demo_folder(out: Path, keep: bool) -> Path:
     return folder
 
 
+class Every:
+    """``due()`` is true at most once every ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.next_at = seconds, 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self.next_at:
+            return False
+        self.next_at = now + self.seconds
+        return True
+
+
 class Progress:
     """A bar on a terminal (stderr), a line every tenth of the run in a log; silent for json."""
 
@@ -135,15 +160,7 @@ class Progress:
         self.tty = sys.stderr.isatty()
         self.started = time.monotonic()
         self.last_line = -1
-        self.next_at = 0.0
-
-    def due(self) -> bool:
-        """At most a few redraws a second."""
-        now = time.monotonic()
-        if now < self.next_at:
-            return False
-        self.next_at = now + 0.25
-        return True
+        self.every = Every(0.25)  # at most a few redraws a second
 
     def show(self, minute: float, firing: list[str]) -> None:
         if self.quiet:

@@ -16,38 +16,28 @@ from typing import Any
 
 import yaml
 
-from infersight.collectors.engine.collector import EngineCollector
-from infersight.collectors.engine.targets import Target
-from infersight.commands.demo import HEAD_RATIO, LOOKBACK, SCRAPE, SPEED, STEPS, Progress
+from infersight.commands.demo import HEAD_RATIO, LOOKBACK, SCRAPE, SPEED, STEPS, Every, Progress
 from infersight.commands.demo_stack import (
     ON_CALL,
     FleetEndpoints,
     StackError,
     Webhook,
     start_alertmanager,
+    start_engine_collector,
     start_prometheus,
 )
 from infersight.config import Config
 
 ENGINE_SCRAPE = "2s"
+PAGE_REFRESH_S = 0.5  # the fleet's /metrics pages are rendered this often: twice per (1 s) scrape
 TIMELINE_TOKENS = 256  # a kept timeline keeps its last 256 token times: enough to see a stall, light to ship
 
 
-class FleetEngineCollector(EngineCollector):
-    """The real engine collector; its targets are the fleet's engines as they come and go."""
-
-    def __init__(self, endpoints: FleetEndpoints) -> None:
-        super().__init__(timeout=1.5, log_changes=False)  # inside the 2 s scrape
-        self.endpoints = endpoints
-
-    def targets(self) -> list[Target]:
-        fleet = self.endpoints.fleet
-        if fleet is None:
-            return []
-        with self.endpoints.lock:
-            engines = fleet.engines()
-        return [Target(url=self.endpoints.engine_url(e.instance), engine="vllm", instance=e.instance, pool=e.pool,
-                       node=e.node, gpu=str(e.gpu)) for e in engines]
+def _write_atomically(path: Path, text: str) -> None:
+    """A reader (Prometheus, the engine collector) must never see half a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 class DemoRun:
@@ -59,6 +49,7 @@ class DemoRun:
         self.fleet = None
         self.lock = threading.Lock()
         self.gpu_exporters: dict[str, int] = {}  # node -> port
+        self._engine_targets = -1
         self.started_at = time.monotonic()
 
     # -- bookkeeping --------------------------------------------------------------------------------
@@ -121,9 +112,13 @@ class DemoRun:
                                                   self._folder("alertmanager"), am_config)
         self._on_stop("Alertmanager", alertmanager.stop)
         alertmanager.wait_ready()
-        endpoints = FleetEndpoints(None, self.lock)
+        endpoints = FleetEndpoints()
         self._on_stop("fleet endpoints", endpoints.stop)
-        engine_port = self._serve_engine_collector(endpoints)
+        engine_sd = self._folder("engine-collector") / "engines.json"
+        engine_sd.write_text("[]")
+        collector, engine_port = start_engine_collector(self._folder("engine-collector"), engine_sd)
+        self._on_stop("engine collector", collector.stop)
+        collector.wait_ready()
         gpu_sd = self._folder("prometheus") / "gpu_targets.json"
         gpu_sd.write_text("[]")
         prom_config = self._prometheus_config(am_url, endpoints, engine_port, receiver, gpu_sd)
@@ -155,13 +150,20 @@ class DemoRun:
         self._on_stop("replay", lambda: replay.close(10.0))
         fleet.metrics.on_end = replay.ended
         endpoints.fleet = fleet
+        endpoints.refresh()
         self._sync_gpu_exporters(gpu_sd)
+        self._sync_engine_targets(endpoints, engine_sd)
         progress = Progress(self.minutes, self.scenario.onset_minute, self.quiet)
         driver = RealTimeDriver(fleet, self.lock)
 
-        def on_step(t: float) -> None:
+        refresh = Every(PAGE_REFRESH_S)
+
+        def on_step(t: float) -> None:  # in the fleet's thread, between ticks
+            if refresh.due():
+                endpoints.refresh()
             self._sync_gpu_exporters(gpu_sd)
-            if progress.due():
+            self._sync_engine_targets(endpoints, engine_sd)
+            if progress.every.due():
                 progress.show(t / 60, sorted({a["labels"].get("alertname", "?") for d in webhook.snapshot()
                                               if d.receiver in ON_CALL for a in d.alerts
                                               if a.get("status") == "firing"}))
@@ -219,23 +221,17 @@ class DemoRun:
                                        sort_keys=False))
         return path
 
-    def _serve_engine_collector(self, endpoints: FleetEndpoints) -> int:
-        from prometheus_client import CollectorRegistry
-
-        from infersight.commands.demo_stack import serve_registry
-
-        collector = FleetEngineCollector(endpoints)
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
-        http = serve_registry(registry)
-
-        def stop() -> None:
-            http.shutdown()
-            http.server_close()
-            collector.close()
-
-        self._on_stop("engine collector", stop)
-        return http.server_port
+    def _sync_engine_targets(self, endpoints: FleetEndpoints, sd_file: Path) -> None:
+        """The fleet's engines as the engine collector's file_sd targets (rewritten when one joins)."""
+        engines = self.fleet.engines()
+        if len(engines) == self._engine_targets:
+            return
+        self._engine_targets = len(engines)
+        groups = [{"targets": [endpoints.gateway_target],
+                   "labels": {"__metrics_path__": endpoints.engine_path(e.instance), "instance": e.instance,
+                              "engine": "vllm", "pool": e.pool, "node": e.node, "gpu": str(e.gpu)}}
+                  for e in engines]
+        _write_atomically(sd_file, json.dumps(groups))
 
     def _sync_gpu_exporters(self, sd_file: Path) -> None:
         """A GPU exporter per simulated node (nodes appear when the fleet grows), listed for Prometheus."""
@@ -249,10 +245,8 @@ class DemoRun:
                 self._on_stop(f"GPU exporter {node.name}", exporter.stop)
                 new = True
         if new:
-            targets = [{"targets": [f"127.0.0.1:{port}" for port in self.gpu_exporters.values()]}]
-            tmp = sd_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(targets))
-            tmp.replace(sd_file)  # Prometheus must never read half a file
+            targets = [f"127.0.0.1:{port}" for port in self.gpu_exporters.values()]
+            _write_atomically(sd_file, json.dumps([{"targets": targets}]))
 
     def job(self, component: str) -> str:
         return self.config.prometheus.job_prefix + component
@@ -268,7 +262,7 @@ class DemoRun:
                 {"job_name": self.job("gateway"), "honor_labels": True, "metrics_path": "/gateway/metrics",
                  "static_configs": [{"targets": [endpoints.gateway_target]}]},
                 # One collection scrapes every engine over HTTP and normalizes it: on a busy machine that
-                # can take most of a second, so this job scrapes every 2 s (rules' 5 s windows keep 2-3 samples).
+                # can take a second, so this job scrapes every 2 s (rules' 5 s windows keep 2-3 samples).
                 {"job_name": self.job("engine"), "honor_labels": True, "scrape_interval": ENGINE_SCRAPE,
                  "scrape_timeout": ENGINE_SCRAPE,
                  "static_configs": [{"targets": [f"127.0.0.1:{engine_port}"]}]},

@@ -9,6 +9,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -79,31 +80,20 @@ class FleetEndpoints:
     """The simulated fleet over HTTP, on one port: the gateway's /metrics (its request and instance-health
     series) and every engine's vLLM-format /metrics at ``/engines/<instance>/metrics``.
 
-    Everything is rendered under ``lock``, which the real-time driver holds while the fleet advances.
-    A stopped engine answers 503, as a process that is gone answers nothing useful.
+    :meth:`refresh` renders them all in the fleet's own thread between ticks (the fleet only
+    changes there), and requests are answered from that rendering without waiting for the fleet:
+    a scrape on a busy machine must not queue behind a tick. A stopped engine answers 503.
     """
 
-    def __init__(self, fleet, lock: threading.Lock) -> None:
-        from infersight.simulator import vllm_format
-
-        self.fleet, self.lock = fleet, lock  # the fleet may come later: until then the gateway serves nothing
+    def __init__(self) -> None:
+        self.fleet = None  # until the fleet exists the gateway serves nothing
+        self.pages: dict[str, tuple[int, bytes]] = {"/gateway/metrics": (200, b"")}
         endpoints = self
 
         class Handler(_Quiet):
             def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
                 path = urllib.parse.urlsplit(self.path).path
-                status, body = 404, b"not found\n"
-                with endpoints.lock:
-                    fleet = endpoints.fleet
-                    if path == "/gateway/metrics":
-                        status, body = 200, generate(fleet.metrics.registry) if fleet is not None else b""
-                    elif path.startswith("/engines/") and path.endswith("/metrics"):
-                        instance = urllib.parse.unquote(path[len("/engines/"):-len("/metrics")])
-                        engine = fleet.gateway.engines.get(instance) if fleet is not None else None
-                        if engine is not None and engine.up:
-                            status, body = 200, vllm_format.exposition(engine).encode()
-                        elif engine is not None:
-                            status, body = 503, b"engine down\n"
+                status, body = endpoints.pages.get(path, (404, b"not found\n"))
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -116,8 +106,20 @@ class FleetEndpoints:
         self.server = _serve(Handler)
         self.port = self.server.server_port
 
-    def engine_url(self, instance: str) -> str:
-        return f"http://127.0.0.1:{self.port}/engines/{urllib.parse.quote(instance, safe=':')}/metrics"
+    def refresh(self) -> None:
+        """Render every page from the fleet's current state; call it from the fleet's thread."""
+        from infersight.simulator import vllm_format
+
+        fleet = self.fleet
+        pages = {"/gateway/metrics": (200, generate(fleet.metrics.registry))}
+        for engine in fleet.engines():
+            page = (200, vllm_format.exposition(engine).encode()) if engine.up else (503, b"engine down\n")
+            pages[self.engine_path(engine.instance)] = page
+        self.pages = pages  # one reference swap: a request sees the old pages or the new ones
+
+    @staticmethod
+    def engine_path(instance: str) -> str:
+        return f"/engines/{urllib.parse.quote(instance, safe=':')}/metrics"
 
     @property
     def gateway_target(self) -> str:
@@ -241,6 +243,15 @@ def start_alertmanager(binary: str, folder: Path, config_file: Path) -> tuple[Ch
                                    "--cluster.listen-address="],  # no gossip port: one instance, nothing to join
                   folder, f"{url}/-/ready")
     return child, url
+
+
+def start_engine_collector(folder: Path, file_sd: Path) -> tuple[Child, int]:
+    """``infersight collect engine`` in its own process, as in production, reading its targets from ``file_sd``."""
+    port = _free_port()
+    child = Child("the engine collector", [sys.executable, "-m", "infersight", "collect", "engine",
+                                           f"--file-sd={file_sd}", f"--listen=127.0.0.1:{port}", "--timeout=1.5"],
+                  folder, f"http://127.0.0.1:{port}/metrics")
+    return child, port
 
 
 def start_prometheus(binary: str, folder: Path, config_file: Path, lookback: str) -> tuple[Child, str]:

@@ -96,7 +96,8 @@ def test_demo_refuses_an_unusable_out(no_servers, tmp_path, capsys):
 
 
 @pytest.mark.real
-def test_ctrl_c_stops_every_process_the_demo_started(tmp_path):
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_and_kill_stop_every_process_the_demo_started(tmp_path, sig, code, word):
     require_tool("prometheus")
     require_tool("prometheus-alertmanager")
     require_chdb()
@@ -113,13 +114,13 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path):
         for line in proc.stderr:
             if "minute" in line:  # the fleet is running
                 break
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         rest = proc.communicate(timeout=120)[1]
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, rest
-    assert "interrupted at simulated minute" in rest and "Traceback" not in rest
+    assert proc.returncode == code, rest
+    assert f"{word} at simulated minute" in rest and "Traceback" not in rest
     for pid in pids:  # Prometheus, Alertmanager and ClickHouse are gone
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), pid
     # and nothing else still runs on the demo's folder
