@@ -14,6 +14,7 @@ held to the same texts here, except for the few differences ingest_sql.py docume
 
 from __future__ import annotations
 
+import concurrent.futures
 import urllib.request
 
 import grpc
@@ -208,3 +209,46 @@ def test_a_refused_batch_writes_nothing_before_it_is_stored_again(clickhouse_ser
     finally:
         sink.close()
     assert (rows, ids, deep) == (61 * 500, 61 * 500, 1)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (numbers up to 15): tag, length, bytes."""
+    return bytes([number << 3 | 2]) + ingest_sql.frame([payload])
+
+
+def _with_deep_attribute(req, depth: int) -> bytes:
+    """The one-span request's bytes with an attribute nested ``depth`` arrays deep, written by hand:
+    the protobuf library itself refuses to build a message that deep."""
+    value = b"\x18\x01"  # AnyValue{int_value: 1}
+    for _ in range(depth):
+        value = _field(5, _field(1, value))  # AnyValue{array_value: ArrayValue{values: [value]}}
+    rs = req.resource_spans[0]
+    span = rs.scope_spans[0].spans[0].SerializeToString() + _field(9, _field(1, b"t.deep") + _field(2, value))
+    scope_spans = _field(1, rs.scope_spans[0].scope.SerializeToString()) + _field(2, span)
+    return _field(1, _field(1, rs.resource.SerializeToString()) + _field(2, scope_spans))
+
+
+def test_a_hostile_nesting_is_stored_or_refused_and_the_others_are_stored(clickhouse_server, clickhouse_database,
+                                                                            tmp_path):
+    """Deep nesting from a hostile client: 40 arrays deep is stored exactly; 200 is a clear 400 (upb's limit of
+    100 message levels, two per array), and the spans of other clients batched with it are all stored."""
+    migrate(clickhouse_server, clickhouse_database)
+    handle = start_receiver(clickhouse_server.dsn(clickhouse_database), tmp_path / "spool", batch_seconds=1.0)
+    deep, too_deep = request(spans=1, service="deep"), request(spans=1, service="too-deep")
+    try:
+        status, _, body = post(handle.http_url + "/v1/traces", _with_deep_attribute(too_deep, 200))
+        assert status == 400 and b"malformed" in body
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:  # batched together with the deep one
+            bodies = [_with_deep_attribute(deep, 40)] + [request(spans=20, service="plain").SerializeToString()
+                                                         for _ in range(7)]
+            answers = list(pool.map(lambda body: post(handle.http_url + "/v1/traces", body)[0], bodies))
+        assert answers == [200] * 8
+    finally:
+        handle.stop()
+    client = clickhouse_server.client(clickhouse_database, role="reader")
+    rows = dict(client.query(f"SELECT ServiceName, count() FROM {ddl.TRACES} GROUP BY ServiceName").result_rows)
+    [(text,)] = client.query(f"SELECT SpanAttributes['t.deep'] FROM {ddl.TRACES} "
+                             "WHERE ServiceName = 'deep'").result_rows
+    client.close()
+    assert rows == {"deep": 1, "plain": 140}
+    assert text == "[" * 40 + "1" + "]" * 40
