@@ -21,10 +21,13 @@ types) but shaped for ClickHouse:
   the batch again with every array and map value rendered to its text in Python
   (:func:`otlp.canonical`). The common case pays two empty array columns per element of an array or
   map value and no SQL (measured: ``benchmarks/pipeline_profile.py --against``);
-- known differences from Go, inside array and map values only, left for the cost of checking them
-  per element: NaN and infinities are written ``nan``/``inf`` (Go's encoder fails and AsString() is
-  ``""``), the control characters 0x0B, 0x0E, 0x0F, 0x1A-0x1F as upper-case ``\\u00XX`` (Go:
-  lower-case), a repeated key (invalid OTLP) twice (Go keeps the last);
+- known differences from Go, left because checking for them costs every insert more query analysis
+  (measured with ``benchmarks/pipeline_profile.py --against``: a ``transform`` mapping NaN alone
+  ~20%): NaN and infinities are written ``nan``, ``inf``, ``-inf`` (pdata: ``NaN``, ``Infinity``,
+  ``-Infinity``; inside an array or map Go's encoder fails and AsString() is ``""``); inside an array
+  or map, the control characters 0x0B, 0x0E, 0x0F, 0x1A-0x1F are written as upper-case ``\\u00XX``
+  (Go: lower-case) and a repeated key (invalid OTLP) twice (Go keeps the last). The Python renderer
+  (:func:`otlp.render_any_value`) writes all of these as Go does;
 - fields we do not store (dropped counts, flags, schema URLs) are left out and skipped.
 """
 
@@ -182,7 +185,7 @@ def _render(v: str) -> str:
     return (f"multiIf(notEmpty({v}.string_value), {v}.string_value[1], "
             f"notEmpty({v}.int_value), toString({v}.int_value[1]), "
             f"notEmpty({v}.bool_value), if({v}.bool_value[1], 'true', 'false'), "
-            f"notEmpty({v}.double_value), {_top_double(v + '.double_value[1]')}, "
+            f"notEmpty({v}.double_value), {_double(v + '.double_value[1]')}, "
             f"notEmpty({v}.array_value), {_render_array(v + '.array_value[1].values')}, "
             f"notEmpty({v}.kvlist_value), {_render_map(v + '.kvlist_value[1].values')}, "
             f"notEmpty({v}.bytes_value), base64Encode({v}.bytes_value[1]), '')")
@@ -225,12 +228,6 @@ def _double(x: str) -> str:
     """A float as Go's encoding/json writes it: ClickHouse's shortest form plus the exponent sign Go adds
     (1e21 -> 1e+21; negative exponents already match: 1e-7)."""
     return f"replaceRegexpOne(toString({x}), 'e([0-9])', 'e+\\\\1')"
-
-
-def _top_double(x: str) -> str:
-    """pdata's ``float64AsString``: as JSON writes it, and ``NaN``, ``Infinity``, ``-Infinity`` (which
-    ClickHouse writes ``nan``, ``inf``, ``-inf``)."""
-    return f"transform(toString({x}), ['nan', 'inf', '-inf'], ['NaN', 'Infinity', '-Infinity'], {_double(x)})"
 
 
 def _literal(text: str) -> str:
