@@ -43,7 +43,8 @@ def _write_atomically(path: Path, text: str) -> None:
 class DemoRun:
     def __init__(self, config: Config, scenario, minutes: int, out: Path, binaries: dict[str, str],
                  quiet: bool) -> None:
-        self.config, self.scenario, self.minutes, self.out = config, scenario, minutes, out
+        # absolute: Prometheus and Alertmanager run in folders of their own and read paths under it
+        self.config, self.scenario, self.minutes, self.out = config, scenario, minutes, out.resolve()
         self.binaries, self.quiet = binaries, quiet
         self._stops: list[tuple[str, Callable[[], None]]] = []
         self.fleet = None
