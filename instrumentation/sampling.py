@@ -24,6 +24,9 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 from infersight import attributes as attr
+from infersight.config import Tracing
+
+_TRACING = Tracing()  # the defaults live in the config model (infersight/config.py)
 
 # Decision reasons, written as llm.sampling.reason and as the reason label of the timelines counter.
 SLOW_TTFT = "slow_ttft"
@@ -138,7 +141,8 @@ class TailSampler:
     recently seen dropped first), so memory stays bounded whatever the model label holds.
     """
 
-    def __init__(self, random_share: float = 0.01, *, quantile: float = 0.99, min_samples: int = 100,
+    def __init__(self, random_share: float = _TRACING.random_timeline_share, *,
+                 quantile: float = _TRACING.slow_quantile, min_samples: int = _TRACING.slow_min_samples,
                  half_life: int = 2000, max_models: int = 256, seed: int | None = None) -> None:
         if not 0 <= random_share <= 1:
             raise ValueError(f"random_share must be within 0..1, got {random_share}")
@@ -152,6 +156,12 @@ class TailSampler:
         self._random = random.Random(seed)
         self._models: OrderedDict[str, tuple[RollingQuantile, RollingQuantile]] = OrderedDict()
         self._lock = threading.Lock()  # gateways call decide() from many threads
+
+    @classmethod
+    def from_config(cls, tracing: Tracing, **options) -> TailSampler:
+        """The sampler of the config's ``tracing`` section (``random_timeline_share``, ``slow_*``)."""
+        return cls(tracing.random_timeline_share, quantile=tracing.slow_quantile,
+                   min_samples=tracing.slow_min_samples, **options)
 
     def _estimators(self, model: str) -> tuple[RollingQuantile, RollingQuantile]:
         pair = self._models.get(model)

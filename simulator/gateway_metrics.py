@@ -20,6 +20,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from infersight.config import Tracing
 from infersight.instrumentation.health import GatewayHealth
 from infersight.instrumentation.sampling import _OUTCOME_REASONS as OUTCOME_REASONS
 from infersight.instrumentation.sampling import NOT_KEPT, RANDOM
@@ -27,7 +28,7 @@ from infersight.signals import gateway, request
 from infersight.simulator.histogram import CountingHistogram
 from infersight.simulator.request import SimRequest
 
-RANDOM_SHARE = 0.01  # tracing.random_timeline_share's default
+RANDOM_SHARE = Tracing().random_timeline_share  # the config's default
 Labels = tuple[str, str, str, str]  # model, instance, pool, strategy
 
 

@@ -35,8 +35,7 @@ def run(config: Config, *, listen: str, upstream: str, timeouts: Timeouts, pool:
     except TracingSetupError as exc:
         print(f"infersight proxy: tracing setup: {exc}", file=sys.stderr)
         return 2
-    sampler = TailSampler(random_share=config.tracing.random_timeline_share, quantile=config.tracing.slow_quantile,
-                          min_samples=config.tracing.slow_min_samples)
+    sampler = TailSampler.from_config(config.tracing)
     tracer = RequestTracer(registry=registry, tracer_provider=tracing.provider, sampler=sampler,
                            provider_name=provider_name)
     context = proxy_app.ProxyContext(upstream=upstream_url, timeouts=timeouts, tracer=tracer, pool=pool,

@@ -29,6 +29,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from infersight.config import Pipeline
 from infersight.pipelines.receiver.ingest_sql import frame, unframe
 from infersight.pipelines.receiver.metrics import PipelineMetrics
 from infersight.pipelines.receiver.otlp import canonical
@@ -52,20 +53,25 @@ class Refused(ValueError):
     """ClickHouse refuses this request's data itself (it would fail on every retry)."""
 
 
+_PIPELINE = Pipeline()  # the defaults live in the config model (infersight/config.py), with their reasons
+
+
 @dataclass(frozen=True)
 class WriterOptions:
-    batch_rows: int = 100_000
-    batch_bytes: int = 24 * 1024 * 1024
-    batch_seconds: float = 1.0
-    queue_max_spans: int = 300_000
-    queue_max_bytes: int = 256 * 1024 * 1024
-    insert_attempts: int = 3
-    retry_initial_seconds: float = 0.2
-    retry_max_seconds: float = 5.0
-    insert_threads: int = 2  # concurrent inserts: ClickHouse parses one insert on one core
+    """The ``pipeline.*`` settings the writer reads; defaults are the config's."""
+
+    batch_rows: int = _PIPELINE.batch_rows
+    batch_bytes: int = _PIPELINE.batch_bytes
+    batch_seconds: float = _PIPELINE.batch_seconds
+    queue_max_spans: int = _PIPELINE.queue_max_spans
+    queue_max_bytes: int = _PIPELINE.queue_max_bytes
+    insert_attempts: int = _PIPELINE.insert_attempts
+    retry_initial_seconds: float = _PIPELINE.retry_initial_seconds
+    retry_max_seconds: float = _PIPELINE.retry_max_seconds
+    insert_threads: int = _PIPELINE.insert_threads  # concurrent inserts: ClickHouse parses one insert on one core
 
     @classmethod
-    def from_config(cls, pipeline) -> WriterOptions:
+    def from_config(cls, pipeline: Pipeline) -> WriterOptions:
         return cls(**{name: getattr(pipeline, name) for name in cls.__dataclass_fields__})
 
 
