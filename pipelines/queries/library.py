@@ -17,7 +17,7 @@ import datetime as dt
 from typing import Any
 
 from infersight import attributes as attr
-from infersight.pipelines.schema.ddl import REQUESTS_1M, TOKENS, TRACE_ID_TS, TRACES
+from infersight.pipelines.schema.ddl import QUANTILE_LEVELS, REQUESTS_1M, TOKENS, TRACE_ID_TS, TRACES
 
 SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration", "gap": "TokenGapMaxMs"}
 GROUP_COLUMNS = {"instance": "Instance", "pool": "Pool", "model": "Model", "strategy": "Strategy"}
@@ -249,7 +249,7 @@ SELECT minute, service, {by}, requests, errors, round(q[1], 1) AS {metric}_p50_m
        round(q[3], 1) AS {metric}_p99_ms
 FROM (
     SELECT Minute AS minute, ServiceName AS service, {key} AS {by}, sum(Requests) AS requests,
-           sum(Errors) + sum(Timeouts) AS errors, quantilesMerge(0.5, 0.95, 0.99)({state}) AS q
+           sum(Errors) + sum(Timeouts) AS errors, quantilesMerge({QUANTILE_LEVELS})({state}) AS q
     FROM {{db:Identifier}}.{REQUESTS_1M}
     WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
       AND ({{service:String}} = '' OR ServiceName = {{service:String}})
@@ -273,7 +273,7 @@ SELECT service, pool, requests, round(ttft[1], 1) AS ttft_p50_ms, round(ttft[2],
        round(ttft[3], 1) AS ttft_p99_ms, tokens_per_s, error_rate
 FROM (
     SELECT ServiceName AS service, Pool AS pool, sum(Requests) AS requests,
-           quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS ttft,
+           quantilesMerge({QUANTILE_LEVELS})(TtftMs) AS ttft,
            round(if(sum(DecodeSeconds) > 0, sum(OutputTokens) / sum(DecodeSeconds), NULL), 1) AS tokens_per_s,
            round((sum(Errors) + sum(Timeouts) + sum(Rejected)) / sum(Requests), 4) AS error_rate
     FROM {{db:Identifier}}.{REQUESTS_1M}
@@ -368,7 +368,7 @@ SELECT service, {by}, requests, errors, round(q[1], 1) AS ttft_p50_ms, round(q[2
        round(q[3], 1) AS ttft_p99_ms
 FROM (
     SELECT ServiceName AS service, {key} AS {by}, sum(Requests) AS requests, sum(Errors) + sum(Timeouts) AS errors,
-           quantilesMerge(0.5, 0.95, 0.99)(TtftMs) AS q
+           quantilesMerge({QUANTILE_LEVELS})(TtftMs) AS q
     FROM {{db:Identifier}}.{REQUESTS_1M}
     WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
       AND ({{service:String}} = '' OR ServiceName = {{service:String}})

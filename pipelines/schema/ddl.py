@@ -27,6 +27,8 @@ TOKENS_V1 = "llm_token_events_v1"  # the per-token table of schema versions befo
 REQUESTS_1M = "llm_requests_1m"
 MIGRATIONS = "infersight_schema_migrations"
 QUANTILES = (0.5, 0.95, 0.99)
+# As the rollup's quantilesState writes them; a quantilesMerge over its states must name the same levels.
+QUANTILE_LEVELS = ", ".join(str(q) for q in QUANTILES)
 
 # The column list of the Collector exporter's INSERT into otel_traces (Nested columns flattened).
 # Writers name exactly these; every other column is MATERIALIZED.
@@ -395,8 +397,7 @@ def requests_rollup(opts: SchemaOptions) -> list[str]:
     query against a dimensions-first key (benchmarks/queries_latency.py).
     """
     days = opts.retention.rollups_days
-    levels = ", ".join(str(q) for q in QUANTILES)
-    quantile_state = f"AggregateFunction(quantiles({levels}), Float64)"
+    quantile_state = f"AggregateFunction(quantiles({QUANTILE_LEVELS}), Float64)"
     outcome = span_attr(attr.REQUEST_OUTCOME)
     ttft, tpot = f"toFloat64OrNull({span_attr(attr.TTFT_MS)})", f"toFloat64OrNull({span_attr(attr.TPOT_MS)})"
     output_tokens = f"toUInt64OrZero({span_attr(attr.GEN_AI_USAGE_OUTPUT_TOKENS)})"
@@ -437,9 +438,9 @@ AS SELECT
     -- ifNull: sumIf over a Nullable argument is NULL when no row matches, which the column cannot hold
     sumIf(ifNull(greatest(Duration / 1e9 - {ttft} / 1e3, 0), 0), {output_tokens} > 0 AND {ttft} IS NOT NULL)
         AS DecodeSeconds,
-    quantilesStateIf({levels})(assumeNotNull({ttft}), {ttft} IS NOT NULL) AS TtftMs,
-    quantilesStateIf({levels})(assumeNotNull({tpot}), {tpot} IS NOT NULL) AS TpotMs,
-    quantilesState({levels})(Duration / 1e6) AS E2eMs
+    quantilesStateIf({QUANTILE_LEVELS})(assumeNotNull({ttft}), {ttft} IS NOT NULL) AS TtftMs,
+    quantilesStateIf({QUANTILE_LEVELS})(assumeNotNull({tpot}), {tpot} IS NOT NULL) AS TpotMs,
+    quantilesState({QUANTILE_LEVELS})(Duration / 1e6) AS E2eMs
 FROM {opts.table(TRACES, local=True)}
 WHERE {REQUEST_SPAN}
 GROUP BY Minute, ServiceName, Model, Instance, Pool, Strategy"""]
