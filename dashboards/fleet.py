@@ -11,6 +11,7 @@ from __future__ import annotations
 from infersight.alerts import recording as rec
 from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
+from infersight.attributes import Outcome
 from infersight.config import Config
 from infersight.dashboards import shared
 from infersight.dashboards.panels import (
@@ -35,13 +36,13 @@ LEGEND = "{{model}} {{pool}}"
 
 def failed_share(by: str, **matchers: str) -> str:
     """Share of finished requests that did not succeed."""
-    return ratio(request.REQUESTS.rate(RATE, outcome="!=success", **matchers), request.REQUESTS.rate(RATE, **matchers),
-                 (by,))
+    return ratio(request.REQUESTS.rate(RATE, outcome=f"!={Outcome.SUCCESS}", **matchers),
+                 request.REQUESTS.rate(RATE, **matchers), (by,))
 
 
 def _now(limits: Limits) -> list[dict]:
     ttft_p95 = f"histogram_quantile(0.95, sum by (le) (rate({request.TTFT.bucket(**F)}[{RATE}])))"
-    failed = ratio(request.REQUESTS.rate(RATE, outcome="!=success", **F), request.REQUESTS.rate(RATE, **F))
+    failed = ratio(request.REQUESTS.rate(RATE, outcome=f"!={Outcome.SUCCESS}", **F), request.REQUESTS.rate(RATE, **F))
     serving = f"sum({gateway.INSTANCE_STATE.select(state='healthy', **F)})"
     return [
         stat("TTFT p95", "s", [Q(ttft_p95, "p95")], line=Line(limits.ttft_p95_target_seconds,

@@ -47,7 +47,7 @@ TTFT_MS = "llm.ttft_ms"
 TPOT_MS = "llm.tpot_ms"
 QUEUE_MS = "llm.queue_ms"
 CACHED_INPUT_TOKENS = "llm.usage.cached_input_tokens"  # kept next to the GenAI name: the schema's column reads it
-TIMEOUT_KIND = "llm.timeout.kind"  # ttft, total, idle
+TIMEOUT_KIND = "llm.timeout.kind"  # a TimeoutKind value
 ERROR_TYPE = "error.type"  # OTel general convention
 
 
@@ -59,6 +59,26 @@ class Outcome(enum.StrEnum):
     CANCELLED = "cancelled"  # the client gave up; not counted as an error
     TIMEOUT = "timeout"
     REJECTED = "rejected"  # refused before it started (overload, 503)
+
+
+class TimeoutKind(enum.StrEnum):
+    """Which deadline a timed-out request missed: the values of ``llm.timeout.kind``."""
+
+    TTFT = "ttft"  # no first token in time
+    TOTAL = "total"  # the whole request took too long
+    IDLE = "idle"  # the stream stalled between two tokens
+
+
+class SamplingReason(enum.StrEnum):
+    """Why a request's token timeline was kept (or not): the values of ``llm.sampling.reason``."""
+
+    SLOW_TTFT = "slow_ttft"  # TTFT above its model's rolling quantile
+    SLOW_E2E = "slow_e2e"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    RANDOM = "random"  # the small random share
+    NOT_KEPT = "not_kept"
 
 
 # Where the request ran and how it was routed. The engine instance is its endpoint host:port

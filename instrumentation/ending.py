@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from infersight.attributes import Outcome
 from infersight.instrumentation import sampling, timeline
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
@@ -65,12 +66,12 @@ class Ending:
 
     @property
     def rejected(self) -> bool:
-        return self.outcome == "rejected"
+        return self.outcome == Outcome.REJECTED
 
     @property
     def failed(self) -> bool:
         """An ending whose spans carry an error status."""
-        return self.outcome in ("error", "timeout", "rejected")
+        return self.outcome in (Outcome.ERROR, Outcome.TIMEOUT, Outcome.REJECTED)
 
     def measure(self, start_ns: int, first_mark_ns: int | None) -> None:
         """TTFT, TPOT and the gaps from the token times, the first-token mark and the usage."""

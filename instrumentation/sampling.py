@@ -24,22 +24,23 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 from infersight import attributes as attr
+from infersight.attributes import Outcome, SamplingReason
 from infersight.config import Tracing
 
 _TRACING = Tracing()  # the defaults live in the config model (infersight/config.py)
 
 # Decision reasons, written as llm.sampling.reason and as the reason label of the timelines counter.
-SLOW_TTFT = "slow_ttft"
-SLOW_E2E = "slow_e2e"
-ERROR = "error"
-CANCELLED = "cancelled"
-TIMEOUT = "timeout"
-RANDOM = "random"
-NOT_KEPT = "not_kept"
-REASONS = (SLOW_TTFT, SLOW_E2E, ERROR, CANCELLED, TIMEOUT, RANDOM, NOT_KEPT)
+SLOW_TTFT = SamplingReason.SLOW_TTFT
+SLOW_E2E = SamplingReason.SLOW_E2E
+ERROR = SamplingReason.ERROR
+CANCELLED = SamplingReason.CANCELLED
+TIMEOUT = SamplingReason.TIMEOUT
+RANDOM = SamplingReason.RANDOM
+NOT_KEPT = SamplingReason.NOT_KEPT
+REASONS = tuple(SamplingReason)
 
 # Outcomes that always keep their timeline, and the reason they give.
-_OUTCOME_REASONS = {"error": ERROR, "timeout": TIMEOUT, "cancelled": CANCELLED}
+_OUTCOME_REASONS = {Outcome.ERROR: ERROR, Outcome.TIMEOUT: TIMEOUT, Outcome.CANCELLED: CANCELLED}
 # Reasons that override a head-sampling drop (a random pick does not: it would undo the head ratio).
 OVERRIDES_HEAD = frozenset({SLOW_TTFT, SLOW_E2E, ERROR, CANCELLED, TIMEOUT})
 
@@ -197,7 +198,7 @@ class TailSampler:
     def _decide(self, model: str, outcome: str, ttft_s: float | None, e2e_s: float) -> str:
         reason = _OUTCOME_REASONS.get(outcome)
         ttft_estimator, e2e_estimator = self._estimators(model)
-        if reason is None and outcome == "success":
+        if reason is None and outcome == Outcome.SUCCESS:
             if ttft_s is not None and ttft_estimator.observations >= self.min_samples \
                     and ttft_s > ttft_estimator.value():
                 reason = SLOW_TTFT

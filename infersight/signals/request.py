@@ -4,7 +4,7 @@ TTFT and TPOT buckets follow the OpenTelemetry GenAI semantic conventions
 (gen_ai.server.time_to_first_token, gen_ai.server.time_per_output_token).
 """
 
-from infersight.attributes import Outcome
+from infersight.attributes import Outcome, TimeoutKind
 from infersight.signals.catalog import Kind, declare
 
 PRODUCER = "instrumentation"
@@ -14,7 +14,7 @@ REQUEST_LABELS = ("model", "instance", "pool", "strategy")
 # know the (model, instance, pool, strategy) set (DESIGN 8), so the first error, timeout or
 # rejection is an increase from 0 and not a series that appears at 1.
 OUTCOMES = tuple(str(o) for o in Outcome)  # success, error, cancelled, timeout, rejected
-TIMEOUT_KINDS = ("ttft", "total", "idle")
+TIMEOUT_KINDS = tuple(str(k) for k in TimeoutKind)  # ttft, total, idle
 REJECTION_REASONS = ("overloaded", "rate_limited")  # 503, 429; others appear at their first event
 
 # The GenAI conventions' TTFT bounds, plus bounds where the config's thresholds sit (alerts compare

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from infersight.attributes import TimeoutKind
+
 
 @dataclass(frozen=True)
 class Timeouts:
@@ -21,7 +23,7 @@ class Timeouts:
     total: float | None = 600.0
 
     def __post_init__(self) -> None:
-        for kind in ("ttft", "idle", "total"):
+        for kind in TimeoutKind:
             value = getattr(self, kind)
             if value is not None and value < 0:
                 raise ValueError(f"{kind} timeout must be >= 0 seconds (0 disables it), got {value}")
@@ -42,14 +44,14 @@ class Deadlines:
     def token(self, now: float) -> None:
         self.last_token = now
 
-    def next(self, first_token_seen: bool) -> tuple[float | None, str]:
+    def next(self, first_token_seen: bool) -> tuple[float | None, TimeoutKind]:
         if first_token_seen:
-            kind, limit, since = "idle", self.timeouts.idle, self.last_token
+            kind, limit, since = TimeoutKind.IDLE, self.timeouts.idle, self.last_token
         else:
-            kind, limit, since = "ttft", self.timeouts.ttft, self.start
+            kind, limit, since = TimeoutKind.TTFT, self.timeouts.ttft, self.start
         phase_at = since + limit if limit else None
         if phase_at is None or (self.total_at is not None and self.total_at <= phase_at):
-            return self.total_at, "total"
+            return self.total_at, TimeoutKind.TOTAL
         return phase_at, kind
 
 

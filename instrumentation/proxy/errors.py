@@ -12,6 +12,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from infersight.attributes import TimeoutKind
+
 
 @dataclass(frozen=True)
 class ProxyError:
@@ -32,9 +34,9 @@ class ProxyError:
 
 def timeout_error(kind: str, seconds: float) -> ProxyError:
     what = {
-        "ttft": "no output token from the upstream within the first-token timeout",
-        "idle": "the upstream stream stalled: no new token within the idle timeout",
-        "total": "the request exceeded the total timeout",
+        TimeoutKind.TTFT: "no output token from the upstream within the first-token timeout",
+        TimeoutKind.IDLE: "the upstream stream stalled: no new token within the idle timeout",
+        TimeoutKind.TOTAL: "the request exceeded the total timeout",
     }[kind]
     return ProxyError(504, f"{kind}_timeout", f"{what} ({seconds:g}s); the upstream request was cancelled",
                       type="timeout")

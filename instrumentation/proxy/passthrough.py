@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
+from infersight.attributes import TimeoutKind
 from infersight.instrumentation.proxy import errors, headers
 from infersight.instrumentation.proxy.exchange import let_go
 
@@ -39,7 +40,7 @@ async def relay(context: ProxyContext, request: web.Request, body: bytes) -> web
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # before TimeoutError
         error = errors.upstream_unreachable(context.upstream_label, exc)
     except TimeoutError:
-        error = errors.timeout_error("total", total or 0)
+        error = errors.timeout_error(TimeoutKind.TOTAL, total or 0)
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         error = errors.upstream_broke(str(exc) or type(exc).__name__)
     except ConnectionError:  # the client went away; ``finally`` closes the upstream connection

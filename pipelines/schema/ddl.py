@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from infersight import attributes as attr
+from infersight.attributes import Outcome
 from infersight.config import Retention
 
 TRACES = "otel_traces"
@@ -401,7 +402,8 @@ def requests_rollup(opts: SchemaOptions) -> list[str]:
     outcome = span_attr(attr.REQUEST_OUTCOME)
     ttft, tpot = f"toFloat64OrNull({span_attr(attr.TTFT_MS)})", f"toFloat64OrNull({span_attr(attr.TPOT_MS)})"
     output_tokens = f"toUInt64OrZero({span_attr(attr.GEN_AI_USAGE_OUTPUT_TOKENS)})"
-    counts = (("Errors", "error"), ("Cancelled", "cancelled"), ("Timeouts", "timeout"), ("Rejected", "rejected"))
+    counts = (("Errors", Outcome.ERROR), ("Cancelled", Outcome.CANCELLED), ("Timeouts", Outcome.TIMEOUT),
+              ("Rejected", Outcome.REJECTED))
     count_columns = "".join(f"    {name} SimpleAggregateFunction(sum, UInt64),\n" for name, _ in counts)
     count_selects = "".join(f"    countIf({outcome} = {literal(value)}) AS {name},\n" for name, value in counts)
     return [f"""CREATE TABLE IF NOT EXISTS {opts.table(REQUESTS_1M, local=True)}{opts.on_cluster} (
