@@ -10,10 +10,10 @@ from infersight.alerts.model import Recording
 from infersight.alerts.promql import events, ratio, younger_than
 from infersight.alerts.series import le
 from infersight.signals import Signal, engine, gateway, gpu, request
+from infersight.thresholds import BURN_WINDOWS
 
 QUANTILES = (0.5, 0.95, 0.99)
 INSTANCE_LEVEL = ("model", "instance", "pool")  # request labels minus the strategy
-SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 
 
 def name(level: str | tuple[str, ...], metric: str, operations: str) -> str:
@@ -73,7 +73,7 @@ def _slo_errors(limits: Limits) -> list[Recording]:
     return [
         Recording(slo_errors_name(w),
                   f"1 - ({ratio(f'rate({good}[{w}])', f'rate({request.TTFT.count()}[{w}])', ('model',))})")
-        for w in SLO_WINDOWS
+        for w in BURN_WINDOWS
     ]
 
 

@@ -16,6 +16,7 @@ from infersight.alerts.limits import Limits
 from infersight.alerts.rules.common import MODEL, NODE, POOL, engine_labels, gpu_labels, instance_labels, request_labels
 from infersight.alerts.series import absent_until_first_event, counter, gauge, histogram, steps
 from infersight.signals import Signal, engine, gateway, gpu, request
+from infersight.thresholds import BURN_WINDOWS
 
 AT = "10m"  # the 5-minute window [5m, 10m] holds six samples: no extrapolation
 MINUTES = 15
@@ -145,7 +146,7 @@ def recording_test_file(limits: Limits, recording_rule_file: str) -> dict:
     above = next((b for b in request.TTFT.buckets if b > bound), math.inf)
     series += histogram(request.TTFT, {**request_labels(), "model": slo_model},
                         [({bound: 60 * 45, above: 60 * 15}, MINUTES)])
-    for window in rec.SLO_WINDOWS:
+    for window in BURN_WINDOWS:
         tests.append(_rounded(rec.slo_errors_name(window), {"model": slo_model}, 0.25, f'{{model="{slo_model}"}}'))
 
     # The twin: every counter absent until its first event (DESIGN 8); the recorded values hold.

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from infersight.alerts.limits import Limits, limits_from_config
 from infersight.config import Config
 from infersight.dashboards import breaker, canary, capacity, engines, fleet, gpus, instance, pd, pipeline, traces
 from infersight.dashboards.datasources import dashboards_provider_yaml, datasources_yaml
+from infersight.thresholds import Thresholds, thresholds_from_config
 
-BUILDERS: tuple[Callable[[Config, Limits], dict], ...] = (
+BUILDERS: tuple[Callable[[Config, Thresholds], dict], ...] = (
     fleet.build, engines.build, gpus.build, pipeline.build, traces.build, instance.build, capacity.build,
     breaker.build, canary.build, pd.build)
 
@@ -39,7 +39,7 @@ def dashboard_json(dashboard: dict) -> dict:
 
 def all_dashboards(config: Config) -> list[dict]:
     """Every dashboard as JSON; raises AlertsConfigError for thresholds that make no sense."""
-    limits = limits_from_config(config)
+    limits = thresholds_from_config(config)
     return [dashboard_json(build(config, limits)) for build in BUILDERS]
 
 

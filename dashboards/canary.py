@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards.fleet import failed_share
 from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, quantiles, timeseries, variable
 from infersight.signals import request
+from infersight.thresholds import Thresholds
 
 UID = "infersight-canary"
 F = {"model": "=~$model", "pool": "=~$pool", "strategy": "=~$strategy"}
@@ -19,7 +19,7 @@ def p95(signal, by: str) -> str:
     return signal.quantile(0.95, (by,), RATE, **F)
 
 
-def _pools(config: Config, limits: Limits) -> list[dict]:
+def _pools(config: Config, limits: Thresholds) -> list[dict]:
     return [
         timeseries("TTFT p95 by pool", "s", [Q(p95(request.TTFT, "pool"), "{{pool}}")],
                    line=Line(limits.ttft_slo_seconds), width=8,
@@ -40,7 +40,7 @@ def _pools(config: Config, limits: Limits) -> list[dict]:
     ]
 
 
-def _strategies(config: Config, limits: Limits) -> list[dict]:
+def _strategies(config: Config, limits: Thresholds) -> list[dict]:
     share = (f"sum by (strategy) ({request.REQUESTS.rate(RATE, **F)}) "
              f"/ scalar(sum({request.REQUESTS.rate(RATE, **F)}))")
     cached = ratio(request.CACHED_INPUT_TOKENS.rate(RATE, **F), request.INPUT_TOKENS.rate(RATE, **F), ("strategy",))
@@ -69,7 +69,7 @@ def _strategies(config: Config, limits: Limits) -> list[dict]:
     ]
 
 
-def build(config: Config, limits: Limits) -> dict:
+def build(config: Config, limits: Thresholds) -> dict:
     rows = [("Canary vs stable (pools)", _pools(config, limits)),
             ("Balancing strategies", _strategies(config, limits))]
     variables = [variable("model", "model", request.REQUESTS.name, "model"),

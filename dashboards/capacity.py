@@ -8,7 +8,6 @@ overload and forecast alerts compare with, so the figures here are the ones the 
 from __future__ import annotations
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits
 from infersight.capacity import plan
 from infersight.config import Config
 from infersight.dashboards.panels import (
@@ -24,17 +23,18 @@ from infersight.dashboards.panels import (
     variable,
 )
 from infersight.signals import engine, gateway, request
+from infersight.thresholds import Thresholds
 
 UID = "infersight-capacity"
 F = {"model": "=~$model", "pool": "=~$pool"}
 LEGEND = "{{model}} {{pool}}"
 
 
-def _signals(limits: Limits) -> list[dict]:
+def _signals(limits: Thresholds) -> list[dict]:
     depth = [Q(recorded(rec.GATEWAY_QUEUE_SUM, F), "now " + LEGEND),
              Q(recorded(rec.GATEWAY_QUEUE_AVG30M, F), "30m mean " + LEGEND)]
     ttft_p95 = recorded(rec.TTFT_P95_BY_MODEL, F)
-    bar = limits.rising_share * limits.ttft_p95_target_seconds
+    bar = limits.rising_ttft_bar_seconds
     horizon_s = round(limits.forecast_hours * 3600)
     demand = recorded(rec.IN_FLIGHT_SUM, F)
     capacity = f"{recorded(rec.SERVING_INSTANCES, F)} * {limits.requests_per_instance}"
@@ -46,7 +46,8 @@ def _signals(limits: Limits) -> list[dict]:
                    good="the mean far under the line; short spikes of 'now' are bursts the queue absorbs."),
         timeseries("TTFT p95 vs the scale-out bar", "s", [Q(ttft_p95, "{{model}}")],
                    line=Line(limits.ttft_p95_target_seconds, warn=bar), width=12,
-                   description=f"Signal 2: over the orange bar ({limits.rising_share:.0%} of the p95 target) and "
+                   description=f"Signal 2: over the orange bar ({limits.ttft_slo_share_rising:.0%} of the p95 target) "
+                               "and "
                                "still rising asks for instances before the SLO is missed.",
                    good="under the orange bar, or over it and falling."),
         timeseries("Demand: in flight, forecast and capacity", "short",
@@ -69,7 +70,7 @@ def _signals(limits: Limits) -> list[dict]:
     ]
 
 
-def _model(config: Config, limits: Limits) -> list[dict]:
+def _model(config: Config, limits: Thresholds) -> list[dict]:
     cap = config.capacity
     figures = plan(cap.model, cap.gpu_spec(), context_tokens=cap.context_tokens,
                    prefill_utilization=cap.prefill_utilization, target_tokens_per_s=cap.target_tokens_per_s,
@@ -99,7 +100,7 @@ def _model(config: Config, limits: Limits) -> list[dict]:
     ]
 
 
-def _measured(limits: Limits) -> list[dict]:
+def _measured(limits: Thresholds) -> list[dict]:
     running = f"sum by (instance) ({engine.REQUESTS_RUNNING.select(model='=~$model', pool='=~$pool')})"
     waiting = f"sum by (instance) ({engine.REQUESTS_WAITING.select(model='=~$model', pool='=~$pool')})"
     kv = f"max by (instance) ({engine.KV_CACHE_CAPACITY.select(model='=~$model', pool='=~$pool')})"
@@ -125,7 +126,7 @@ def _measured(limits: Limits) -> list[dict]:
     ]
 
 
-def build(config: Config, limits: Limits) -> dict:
+def build(config: Config, limits: Thresholds) -> dict:
     rows = [("Scale-out signals", _signals(limits)), ("Capacity model, one instance", _model(config, limits)),
             ("Instances against the model", _measured(limits))]
     variables = [variable("model", "model", request.REQUESTS.name, "model"),

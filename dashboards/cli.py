@@ -29,12 +29,12 @@ def register(subparsers) -> None:
 
 
 def run_build(args, config) -> int:
-    from infersight.alerts.limits import AlertsConfigError
     from infersight.commands.output import render
     from infersight.dashboards.build import build
     from infersight.dashboards.datasources import PASSWORD_ENV, ProvisioningError, clickhouse_user
+    from infersight.thresholds import ThresholdsError
 
-    with writing_into("dashboards", args.out, AlertsConfigError, ProvisioningError):
+    with writing_into("dashboards", args.out, ThresholdsError, ProvisioningError):
         written = build(config, args.out, args.dashboards_path)
     rows = [{"path": str(w.path), "kind": w.kind, "title": w.title, "panels": w.panels} for w in written]
     print(render(rows, args.format, ["path", "kind", "title", "panels"]))

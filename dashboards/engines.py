@@ -7,7 +7,6 @@ prefill vs decode time, token throughput, queue time, TTFT/ITL heatmaps), by ``m
 from __future__ import annotations
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards.panels import (
@@ -25,6 +24,7 @@ from infersight.dashboards.panels import (
     variable,
 )
 from infersight.signals import engine
+from infersight.thresholds import Thresholds
 
 UID = "infersight-engines"
 F = {"model": "=~$model", "instance": "=~$instance"}
@@ -36,7 +36,7 @@ def percentiles(signal, by: tuple[str, ...], legend: str) -> list[Q]:
     return [*quantiles(signal, by, F, legend), Q(mean, f"mean {legend}")]
 
 
-def _now(limits: Limits) -> list[dict]:
+def _now(limits: Thresholds) -> list[dict]:
     return [
         stat("Instances up", "short", [Q(f"sum({engine.UP.select()})", "up")], width=6,
              description="Engine instances the collector scraped successfully.",
@@ -53,7 +53,7 @@ def _now(limits: Limits) -> list[dict]:
     ]
 
 
-def _load(limits: Limits) -> list[dict]:
+def _load(limits: Thresholds) -> list[dict]:
     running = f"sum by (instance) ({engine.REQUESTS_RUNNING.select(**F)})"
     waiting = f"sum by (instance) ({engine.REQUESTS_WAITING.select(**F)})"
     up = engine.UP.select(instance="=~$instance")
@@ -81,7 +81,7 @@ def _load(limits: Limits) -> list[dict]:
     ]
 
 
-def _cache(limits: Limits) -> list[dict]:
+def _cache(limits: Thresholds) -> list[dict]:
     usage = f"max by (instance) ({engine.KV_CACHE_USAGE.select(**F)})"
     hit_ratio = ratio(engine.PREFIX_CACHE_HITS.rate(RATE, **F), engine.PREFIX_CACHE_QUERIES.rate(RATE, **F),
                       ("instance",))
@@ -119,7 +119,7 @@ def _tokens() -> list[dict]:
     ]
 
 
-def _latency(config: Config, limits: Limits) -> list[dict]:
+def _latency(config: Config, limits: Thresholds) -> list[dict]:
     return [
         timeseries("Engine TTFT p50 / p95 / p99 and mean", "s", percentiles(engine.TTFT, ("model",), "{{model}}"),
                    line=Line(limits.ttft_slo_seconds), width=12,
@@ -164,7 +164,7 @@ def _phases() -> list[dict]:
     ]
 
 
-def build(config: Config, limits: Limits) -> dict:
+def build(config: Config, limits: Thresholds) -> dict:
     rows = [("Now", _now(limits)), ("Load and queues", _load(limits)), ("KV cache", _cache(limits)),
             ("Tokens and finish reasons", _tokens()), ("Engine-side latency", _latency(config, limits)),
             ("Prefill vs decode", _phases())]

@@ -9,7 +9,6 @@ alerts use (config ``slo`` and ``thresholds``).
 from __future__ import annotations
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.attributes import Outcome
 from infersight.config import Config
@@ -27,6 +26,7 @@ from infersight.dashboards.panels import (
     variable,
 )
 from infersight.signals import gateway, request
+from infersight.thresholds import Thresholds
 
 UID = "infersight-fleet"
 F = {"model": "=~$model", "pool": "=~$pool"}  # the dashboard variables, on every request/gateway query
@@ -40,13 +40,13 @@ def failed_share(by: str, **matchers: str) -> str:
                  request.REQUESTS.rate(RATE, **matchers), (by,))
 
 
-def _now(limits: Limits) -> list[dict]:
+def _now(limits: Thresholds) -> list[dict]:
     ttft_p95 = f"histogram_quantile(0.95, sum by (le) (rate({request.TTFT.bucket(**F)}[{RATE}])))"
     failed = ratio(request.REQUESTS.rate(RATE, outcome=f"!={Outcome.SUCCESS}", **F), request.REQUESTS.rate(RATE, **F))
     serving = f"sum({gateway.INSTANCE_STATE.select(state='healthy', **F)})"
     return [
         stat("TTFT p95", "s", [Q(ttft_p95, "p95")], line=Line(limits.ttft_p95_target_seconds,
-                                                             warn=limits.rising_share * limits.ttft_p95_target_seconds),
+                                                             warn=limits.rising_ttft_bar_seconds),
              description="Time to first token, 95th percentile, over the selection.",
              good="green: under the scale-out bar (orange) and the p95 target (red)."),
         stat("Requests", "reqps", [Q(f"sum({request.REQUESTS.rate(RATE, **F)})", "requests")],
@@ -67,7 +67,7 @@ def _now(limits: Limits) -> list[dict]:
     ]
 
 
-def _latency(config: Config, limits: Limits) -> list[dict]:
+def _latency(config: Config, limits: Thresholds) -> list[dict]:
     ttft = quantiles(request.TTFT, BY, F, LEGEND)
     tpot = quantiles(request.TPOT, BY, F, LEGEND)
     over_slo = Q(recorded(rec.slo_errors_name("5m"), F), "{{model}}")
@@ -85,7 +85,7 @@ def _latency(config: Config, limits: Limits) -> list[dict]:
     ]
 
 
-def _traffic(limits: Limits) -> list[dict]:
+def _traffic(limits: Thresholds) -> list[dict]:
     requests = f"sum by (model, pool, outcome) ({request.REQUESTS.rate(RATE, **F)})"
     rejections = f"sum by (model, pool, reason) ({request.REJECTIONS.rate(RATE, **F)})"
     rejected_share = recorded(rec.REJECTION_RATIO, F)
@@ -109,7 +109,7 @@ def _traffic(limits: Limits) -> list[dict]:
     ]
 
 
-def _instances(limits: Limits) -> list[dict]:
+def _instances(limits: Thresholds) -> list[dict]:
     states = f"sum by (model, pool, state) ({gateway.INSTANCE_STATE.select(**F)})"
     return [
         timeseries("Instances by state", "short", [Q(states, LEGEND + " {{state}}")], stack=True, width=12,
@@ -123,7 +123,7 @@ def _instances(limits: Limits) -> list[dict]:
     ]
 
 
-def build(config: Config, limits: Limits) -> dict:
+def build(config: Config, limits: Thresholds) -> dict:
     rows = [("Now", _now(limits)), ("Latency vs SLO", _latency(config, limits)),
             ("Traffic, rejections and retries", _traffic(limits)), ("Instance health", _instances(limits))]
     variables = [variable("model", "model", request.REQUESTS.name, "model"),

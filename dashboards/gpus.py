@@ -9,11 +9,11 @@ our NVML collector and the dcgm-exporter source produce.
 from __future__ import annotations
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits
 from infersight.collectors.gpu.promql import energy_per_token
 from infersight.config import Config
 from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, recorded, stat, timeseries, variable
 from infersight.signals import gpu
+from infersight.thresholds import Thresholds
 
 UID = "infersight-gpus"
 F = {"node": "=~$node", "gpu": "=~$gpu"}
@@ -25,7 +25,7 @@ def per_device(signal, how: str = "max", **matchers: str) -> str:
     return f"{how} by ({BY_DEVICE}) ({signal.select(**F, **matchers)})"
 
 
-def _fleet(limits: Limits) -> list[dict]:
+def _fleet(limits: Thresholds) -> list[dict]:
     """Fleet-wide figures for the selected GPUs, as dcgm-exporter's dashboard leads with."""
     return [
         stat("GPUs up", "short", [Q(f"sum({gpu.UP.select(**F)})", "up")], width=4,
@@ -52,7 +52,7 @@ def _fleet(limits: Limits) -> list[dict]:
     ]
 
 
-def _saturation(limits: Limits) -> list[dict]:
+def _saturation(limits: Thresholds) -> list[dict]:
     bandwidth = f"max by ({BY_DEVICE}, source) ({gpu.MEMORY_BANDWIDTH_UTILIZATION.select(**F)})"
     return [
         timeseries("Memory bandwidth utilization", "percentunit",
@@ -131,7 +131,7 @@ def _power() -> list[dict]:
     ]
 
 
-def _health(limits: Limits) -> list[dict]:
+def _health(limits: Thresholds) -> list[dict]:
     temperature = per_device(gpu.TEMPERATURE)
     throttle = f"sum by (reason) ({gpu.CLOCK_EVENT.select(reason='!=gpu_idle', **F)})"
     xid = f"sum by ({BY_DEVICE}, xid) (increase({gpu.XID_ERRORS.select(**F)}[1h]))"
@@ -156,7 +156,7 @@ def _health(limits: Limits) -> list[dict]:
     ]
 
 
-def build(config: Config, limits: Limits) -> dict:
+def build(config: Config, limits: Thresholds) -> dict:
     rows = [("Fleet now", _fleet(limits)), ("Saturation: bandwidth vs compute", _saturation(limits)),
             ("Activity and clocks", _activity()), ("Memory and interconnect", _memory_and_links()),
             ("Power and energy", _power()), ("Temperature, throttling and errors", _health(limits))]

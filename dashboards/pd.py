@@ -7,11 +7,11 @@ fleet every panel here is empty, which is correct: nothing is disaggregated.
 
 from __future__ import annotations
 
-from infersight.alerts.limits import Limits
 from infersight.config import Config
 from infersight.dashboards.panels import RATE, TOKENS_PER_S, Line, Q, dashboard, layout, stat, timeseries, variable
 from infersight.signals import engine
 from infersight.signals.engine import EngineRole
+from infersight.thresholds import Thresholds
 
 UID = "infersight-pd"
 F = {"model": "=~$model"}
@@ -58,7 +58,7 @@ def _pools() -> list[dict]:
     ]
 
 
-def _transfer(limits: Limits) -> list[dict]:
+def _transfer(limits: Thresholds) -> list[dict]:
     queue = f"sum by (model, role, stage) ({engine.KV_TRANSFER_QUEUE.select(**F)})"
     duration = engine.KV_TRANSFER_DURATION.quantile(0.95, ("model", "role"), RATE, **F)
     by_source = f"sum by (model, role, source) ({engine.PROMPT_TOKENS_BY_SOURCE.rate(RATE, **F)})"
@@ -80,7 +80,7 @@ def _transfer(limits: Limits) -> list[dict]:
     ]
 
 
-def build(config: Config, limits: Limits) -> dict:
+def build(config: Config, limits: Thresholds) -> dict:
     rows = [("Now", _now()), ("Pools by role", _pools()), ("KV transfer", _transfer(limits))]
     return dashboard(UID, "infersight / Prefill and decode pools",
                      "Disaggregated serving: instances by role, the P:D ratio, each pool's queue and tokens, and the "

@@ -3,18 +3,17 @@ own health (scrape status, GPU and engine collectors, the tracing SDK's drops)."
 
 from __future__ import annotations
 
-from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
-from infersight.alerts.rules.pipeline import SCRAPE_UP
 from infersight.config import Config
 from infersight.dashboards.panels import RATE, Line, Q, dashboard, layout, quantiles, timeseries
 from infersight.signals import engine, gateway, gpu, pipeline, request
+from infersight.thresholds import Thresholds
 
 UID = "infersight-pipeline"
 SPANS_PER_S = "suffix: spans/s"
 
 
-def _receiver(limits: Limits) -> list[dict]:
+def _receiver(limits: Thresholds) -> list[dict]:
     received = f"sum by (protocol) ({pipeline.SPANS_RECEIVED.rate(RATE)})"
     accepted = f"sum by (protocol) ({pipeline.SPANS_ACCEPTED.rate(RATE)})"
     rejected = f"sum by (protocol, reason) ({pipeline.SPANS_REJECTED.rate(RATE)})"
@@ -80,8 +79,8 @@ def _spool() -> list[dict]:
     ]
 
 
-def _exporters(limits: Limits) -> list[dict]:
-    scrape_up = f'{SCRAPE_UP}{{job=~"{limits.exporter_jobs}"}}'
+def _exporters(limits: Thresholds) -> list[dict]:
+    scrape_up = limits.exporter_up
     sample_age = f"max by (node) ({gpu.COLLECTOR_SAMPLE_AGE.select()})"
     gpu_errors = f"sum by (node, call) ({gpu.COLLECTOR_ERRORS.rate(RATE)})"
     engine_errors = f"sum by (instance, reason) ({engine.SCRAPE_ERRORS.rate(RATE)})"
@@ -119,7 +118,7 @@ def _exporters(limits: Limits) -> list[dict]:
     ]
 
 
-def build(config: Config, limits: Limits) -> dict:
+def build(config: Config, limits: Thresholds) -> dict:
     rows = [("OTLP receiver", _receiver(limits)), ("ClickHouse writer", _writer()), ("Spool", _spool()),
             ("Exporter health", _exporters(limits))]
     return dashboard(UID, "infersight / Pipeline health",

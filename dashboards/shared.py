@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.dashboards.panels import RATE, Line, Q, recorded, timeseries
 from infersight.signals import request
+from infersight.thresholds import Thresholds
 
 BY_POOL = ("model", "pool")
 
 
-def retries_per_request(limits: Limits, matchers: Mapping[str, str], *, description: str, good: str,
+def retries_per_request(limits: Thresholds, matchers: Mapping[str, str], *, description: str, good: str,
                         width: int = 8) -> dict:
     """Gateway re-attempts per request by model and pool, and per model with the clients' own retries (what
     the retry-storm alert reads), against thresholds.retry_ratio."""
@@ -26,7 +26,7 @@ def retries_per_request(limits: Limits, matchers: Mapping[str, str], *, descript
                       line=Line(limits.retry_ratio), width=width, description=description, good=good)
 
 
-def ejected_share(limits: Limits, matchers: Mapping[str, str], *, description: str, good: str,
+def ejected_share(limits: Thresholds, matchers: Mapping[str, str], *, description: str, good: str,
                   width: int) -> dict:
     """The ejection-cascade alert's share of a pool's established instances ejected in 5 minutes."""
     return timeseries("Share of instances ejected in 5 minutes", "percentunit",

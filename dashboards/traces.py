@@ -8,13 +8,13 @@ opens the trace in Grafana's trace view (the ClickHouse plugin's trace-id query)
 
 from __future__ import annotations
 
-from infersight.alerts.limits import Limits
 from infersight.config import Config
 from infersight.dashboards.datasources import CLICKHOUSE_NAME, CLICKHOUSE_REF, clickhouse_database
 from infersight.dashboards.panels import Line, dashboard, layout, sql_table, sql_timeseries, sql_variable
 from infersight.dashboards.sql import grafana_sql
 from infersight.pipelines.queries import library
 from infersight.pipelines.schema.ddl import TRACE_ID_TS, TRACES
+from infersight.thresholds import Thresholds
 
 UID = "infersight-traces"
 SLOWEST = 20
@@ -85,7 +85,7 @@ def panels_sql(database: str) -> dict[str, str]:
     }
 
 
-def build(config: Config, limits: Limits) -> dict:
+def build(config: Config, limits: Thresholds) -> dict:
     database = clickhouse_database(config.clickhouse.dsn)
     sql = panels_sql(database)
     slo_ms = limits.ttft_slo_seconds * 1000

@@ -10,12 +10,12 @@ from infersight.alerts.model import Alert, Case, Expected, Series, Severity, Sig
 from infersight.alerts.rules.common import INSTANCE, PCT, lab, pct, require, val
 from infersight.alerts.series import counter, gauge, ramp
 from infersight.signals import engine, pipeline, request
+from infersight.thresholds import SCRAPE_UP
 
 SIGNAL = SignalClass.PIPELINE
 MIB = 1024 * 1024
 # Prometheus's own per-target scrape health series: not ours to declare in the catalog, the one
 # metric name typed here.
-SCRAPE_UP = "up"
 
 
 def spool_growing(limits: Limits) -> Alert:
@@ -114,11 +114,10 @@ def exporter_down(limits: Limits) -> Alert:
     def up(job: str, value: int, instance: str = "n1:9835") -> Series:
         return Series(f'{SCRAPE_UP}{{job="{job}",instance="{instance}"}}', f"{value}x20")
 
-    jobs = limits.exporter_jobs
     sample_job = "infersight-gpu"
     return Alert(
         name="InfersightExporterDown",
-        expr=f'{SCRAPE_UP}{{job=~"{jobs}"}} == 0',
+        expr=f"{limits.exporter_up} == 0",
         for_="5m",
         severity=Severity.WARNING,
         signal=SIGNAL,

@@ -60,7 +60,7 @@ def diurnal_p95(minute: int) -> float:
 
 def ttft_near_slo_rising(limits: Limits) -> Alert:
     target = limits.ttft_p95_target_seconds
-    bar = limits.rising_share * target
+    bar = limits.rising_ttft_bar_seconds
     buckets = request.TTFT.buckets
     near = lambda p95: observations_near(buckets, 0.95, p95)  # noqa: E731
     # The 5-minute p95 inline, not the recorded one: the recording group may have run before or after
@@ -91,7 +91,8 @@ def ttft_near_slo_rising(limits: Limits) -> Alert:
         severity=Severity.WARNING,
         signal=SIGNAL,
         summary="p95 TTFT is close to its target and heading over it: scale out.",
-        description=(f"p95 TTFT of {lab('model')} is {val(3)}s, above {num(limits.rising_share * 100)}% of the "
+        description=(f"p95 TTFT of {lab('model')} is {val(3)}s, above "
+                     f"{num(limits.ttft_slo_share_rising * 100)}% of the "
                      f"{num(target)}s target ({num(bar)}s) over 5 and 30 minutes, and is over the target or on "
                      f"course to cross it within {RISING_HORIZON_S // 60} minutes."),
         cases=[

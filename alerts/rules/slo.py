@@ -20,13 +20,11 @@ from infersight.alerts.series import histogram
 from infersight.signals import request
 
 NAME = "LLMTTFTErrorBudgetBurn"
-PAGE_WINDOWS = (("1h", "5m", 14.4), ("6h", "30m", 6.0))
-TICKET_WINDOWS = (("1d", "2h", 3.0), ("3d", "6h", 1.0))
 
 
 def _expr(windows, budget: float) -> str:
-    branches = [f"{slo_errors_name(long)} > {num(burn * budget)} and {slo_errors_name(short)} > {num(burn * budget)}"
-                for long, short, burn in windows]
+    branches = [f"{slo_errors_name(w.long)} > {num(w.factor * budget)} and "
+                f"{slo_errors_name(w.short)} > {num(w.factor * budget)}" for w in windows]
     # The value is the long window's error ratio over the budget: the burn rate.
     return "(\n  " + "\nor\n  ".join(branches) + f"\n) / {num(budget)}"
 
@@ -48,15 +46,17 @@ def alerts(limits: Limits) -> list[Alert]:
     common = dict(name=NAME, signal=SignalClass.SLO,
                   description=(f"{lab('model')} is burning its TTFT error budget at {val(1)}x (objective "
                                f"{objective}; see the burn windows in the rule)."))
-    page = Alert(expr=_expr(PAGE_WINDOWS, b), for_="2m", severity=Severity.CRITICAL,
+    page = Alert(expr=_expr(limits.page_burn, b), for_="2m", severity=Severity.CRITICAL,
                  summary="TTFT error budget is burning fast: the SLO will be missed within hours.", **common)
-    ticket = Alert(expr=_expr(TICKET_WINDOWS, b), for_="15m", severity=Severity.WARNING,
+    ticket = Alert(expr=_expr(limits.ticket_burn, b), for_="15m", severity=Severity.WARNING,
                    summary="TTFT error budget is burning steadily: the SLO will be missed this month.", **common)
     fast, fast_burn = _traffic(limits, 15, 30)
     medium, medium_burn = _traffic(limits, 5.5, 30)
     slow, slow_burn = _traffic(limits, 4, 30)
     calm, _ = _traffic(limits, 0.9, 30)
-    require(fast_burn > 14.4 and 3 < slow_burn < 6 and 3 < medium_burn < 6, "burn rates must sit between bands")
+    (fast_page, slow_page), ticket_band = limits.page_burn, limits.ticket_burn[0]
+    require(fast_burn > fast_page.factor and ticket_band.factor < slow_burn < slow_page.factor
+            and ticket_band.factor < medium_burn < slow_page.factor, "burn rates must sit between bands")
     labels = {"model": MODEL}
     page = dataclasses.replace(page, cases=[
         Case("burning at 15x", fast, 10, [Expected(labels, fast_burn)]),

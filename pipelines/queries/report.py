@@ -38,12 +38,12 @@ class Settings:
 
     @classmethod
     def from_config(cls, config, grafana_url: str | None = None) -> Settings:
-        from infersight.alerts.limits import AlertsConfigError, limits_from_config
+        from infersight.thresholds import ThresholdsError, thresholds_from_config
 
         slo = Slo(config.slo.ttft_seconds * 1000, config.slo.ttft_objective, config.slo.ttft_p95_seconds * 1000)
         try:
-            instance_queue = float(limits_from_config(config).instance_queue_limit)
-        except AlertsConfigError:  # a capacity model the alerts refuse: the line is left out, not invented
+            instance_queue = float(thresholds_from_config(config).instance_queue_limit)
+        except ThresholdsError:  # a capacity model the alerts refuse: the line is left out, not invented
             instance_queue = None
         return cls(slo, grafana_url or config.grafana.url, config.grafana.clickhouse_datasource_uid,
                    config.thresholds.gateway_queue_depth, instance_queue, config.thresholds.bandwidth_saturation)

@@ -11,7 +11,6 @@ import yaml
 
 from infersight.alerts.limits import limits_from_config
 from infersight.alerts.recording import level_labels, recording_rules
-from infersight.alerts.rules.pipeline import SCRAPE_UP
 from infersight.config import parse_config
 from infersight.dashboards import build as dashboards_build
 from infersight.dashboards.build import all_dashboards
@@ -29,6 +28,7 @@ from infersight.dashboards.datasources import (
 )
 from infersight.dashboards.panels import SCHEMA_VERSION
 from infersight.signals import CATALOG
+from infersight.thresholds import SCRAPE_UP
 from tests.dashboards.boards import panels, prometheus_variables, promql, queries, sql
 from tests.promql_names import metric_names
 
