@@ -53,6 +53,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CollectorRegistry
 
 from infersight import attributes as attr
+from infersight.attributes import Outcome
 from infersight.instances import instance_attributes
 from infersight.instrumentation import sampling, timeline
 from infersight.instrumentation.client_retries import ClientRetryDetector
@@ -421,7 +422,7 @@ class RequestContext:
         ``input_tokens``, ``reasoning_tokens`` part of ``output_tokens``, as the usage of
         OpenAI-compatible engines reports them.
         """
-        return self._end("success", finish_reason=reason, input_tokens=input_tokens, output_tokens=output_tokens,
+        return self._end(Outcome.SUCCESS, finish_reason=reason, input_tokens=input_tokens, output_tokens=output_tokens,
                          cached_input_tokens=cached_input_tokens, reasoning_tokens=reasoning_tokens,
                          response_model=response_model, response_id=response_id)
 
@@ -429,21 +430,21 @@ class RequestContext:
         """The request failed (upstream error, malformed stream ...); ``error_type`` is low-cardinality."""
         if not error_type:
             raise ValueError("error_type must be a short non-empty string, e.g. 'upstream_5xx'")
-        return self._end("error", error_type=error_type, message=message, **usage)
+        return self._end(Outcome.ERROR, error_type=error_type, message=message, **usage)
 
     def timeout(self, kind: str, **usage: Any) -> RequestSummary:
         """The request timed out: ``kind`` is ``ttft``, ``total`` or ``idle`` (stream stalled)."""
         if kind not in TIMEOUT_KINDS:
             raise ValueError(f"timeout kind must be one of {', '.join(TIMEOUT_KINDS)}, got {kind!r}")
-        return self._end("timeout", error_type="timeout", timeout_kind=kind, **usage)
+        return self._end(Outcome.TIMEOUT, error_type="timeout", timeout_kind=kind, **usage)
 
     def cancel(self, **usage: Any) -> RequestSummary:
         """The client went away (disconnect) before the request completed."""
-        return self._end("cancelled", error_type="cancelled", **usage)
+        return self._end(Outcome.CANCELLED, error_type="cancelled", **usage)
 
     def reject(self, reason: str = "overloaded", *, status: int = 503) -> RequestSummary:
         """The request was turned away without service (HTTP ``status``, 503 or 429)."""
-        return self._end("rejected", error_type=str(status), rejection_reason=reason)
+        return self._end(Outcome.REJECTED, error_type=str(status), rejection_reason=reason)
 
     @property
     def finished(self) -> bool:
@@ -529,7 +530,8 @@ class RequestContext:
             self._record_span(ending, usage)
             if self._upstream is not None:
                 self._record_attempt(usage, ending.times, ending.first_ns)
-        self._end_upstream(ending.end_ns, ending.error_type if ending.outcome in ("error", "timeout") else None)
+        failed = ending.outcome in (Outcome.ERROR, Outcome.TIMEOUT)
+        self._end_upstream(ending.end_ns, ending.error_type if failed else None)
         if self._recording and self._scheduled_ns is not None:
             self._record_engine_phases(ending.first_ns, ending.end_ns, ending.count)
         self._span.end(end_time=self._wall(ending.end_ns))
