@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from wsgiref.simple_server import WSGIServer
 
@@ -54,3 +55,25 @@ def wait_until_stopped() -> None:
             pass
     except KeyboardInterrupt:
         pass
+
+
+def serve_until_stopped(command: str, registry: CollectorRegistry, listen: Listen, what: str) -> int:
+    """Serve ``registry`` on ``listen`` until SIGTERM or Ctrl-C, saying ``what`` is served where; exit code.
+
+    A port that cannot be bound is exit 2 with a message naming the address (``infersight COMMAND: ...``).
+    """
+    from infersight.commands.output import fail
+
+    try:
+        server, _thread = serve(registry, listen)
+    except OSError as exc:
+        return fail(command, f"cannot listen on {listen}: {exc.strerror or exc} (is the port in use? pick another "
+                             "with --listen)")
+    print(f"infersight: serving {what} on http://{listen.with_port(server.server_port)}/metrics",
+          file=sys.stderr, flush=True)
+    try:
+        wait_until_stopped()
+    finally:
+        server.shutdown()
+        server.server_close()
+    return 0

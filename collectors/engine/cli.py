@@ -101,23 +101,11 @@ def _once(collector, fmt: str) -> int:
 def _serve(collector, listen: Listen) -> int:
     from prometheus_client import CollectorRegistry
 
-    from ..exporter import serve, wait_until_stopped
+    from ..exporter import serve_until_stopped
 
     registry = CollectorRegistry()
     registry.register(collector)
-    try:
-        server, _thread = serve(registry, listen)
-    except OSError as exc:
-        return _fail(f"cannot listen on {listen}: {exc.strerror or exc} (is the port in use? pick another "
-                     "with --listen)")
-    print(f"infersight: serving normalized engine metrics on http://{listen.with_port(server.server_port)}/metrics",
-          file=sys.stderr, flush=True)
-    try:
-        wait_until_stopped()
-    finally:
-        server.shutdown()
-        server.server_close()
-    return 0
+    return serve_until_stopped("collect engine", registry, listen, "normalized engine metrics")
 
 
 _fail = functools.partial(fail, "collect engine")

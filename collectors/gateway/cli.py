@@ -91,20 +91,9 @@ def _once(collector, fmt: str) -> int:
 
 
 def _serve(collector, listen: Listen) -> int:
-    from infersight.collectors.exporter import serve, wait_until_stopped
+    from infersight.collectors.exporter import serve_until_stopped
 
     from .collector import build_registry
 
-    try:
-        server, _thread = serve(build_registry(collector), listen)
-    except OSError as exc:
-        return _fail(f"cannot listen on {listen}: {exc.strerror or exc} (is the port in use? pick another with "
-                     "--listen)")
-    print(f"infersight: serving {len(collector.targets)} gateway source(s) on "
-          f"http://{listen.with_port(server.server_port)}/metrics", file=sys.stderr, flush=True)
-    try:
-        wait_until_stopped()
-    finally:
-        server.shutdown()
-        server.server_close()
-    return 0
+    return serve_until_stopped("collect gateway", build_registry(collector), listen,
+                               f"{len(collector.targets)} gateway source(s)")
