@@ -170,11 +170,20 @@ def rule_names(config: Config) -> set[str]:
     return set(_NAME.findall(text))
 
 
-def run(scenario: Scenario, config: Config, workdir: Path | None = None,
-        on_minute: Callable[[int, int], None] | None = None) -> Result:
-    # Series no rule reads cannot change a rule's result; leaving them out keeps promtool fast.
-    names = rule_names(config)
+def record(scenario: Scenario, config: Config, on_minute: Callable[[int, int], None] | None = None,
+           also: frozenset[str] = frozenset()) -> Recorder:
+    """The scenario's series that some rule reads (plus ``also``): other series cannot change a
+    rule's result, and leaving them out keeps promtool fast."""
+    names = rule_names(config) | also
     _fleet, recorder = simulate(scenario, config, epoch=0.0, on_minute=on_minute, keep=names.__contains__)
+    return recorder
+
+
+def run(scenario: Scenario, config: Config, workdir: Path | None = None,
+        on_minute: Callable[[int, int], None] | None = None, recorder: Recorder | None = None) -> Result:
+    """The verdict on one scenario; ``recorder``: its series already recorded (see :func:`record`)."""
+    if recorder is None:
+        recorder = record(scenario, config, on_minute)
     if workdir is not None:
         return judge(scenario, evaluate(recorder, config, scenario.minutes, workdir))
     with tempfile.TemporaryDirectory(prefix="infersight-quality-") as tmp:

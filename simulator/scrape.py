@@ -8,6 +8,12 @@
 Samples come back as Prometheus would store them: ``_created`` series dropped, ``job`` added,
 ``instance`` set to the scrape target unless the series carries its own (``honor_labels``, as the
 engine collector is scraped), and Prometheus's own ``up`` per target.
+
+The producers time their own work on the wall clock (a collection cycle, a GPU sampling pass, the
+age of the last sample). In virtual time that work takes no simulated time, and the wall-clock
+figures would make two runs of one scenario differ: they are written as the simulated fetch time
+(``SIMULATED_FETCH_S``, what the engine targets report) and a sample age of 0 (the simulated GPUs
+are sampled at every scrape).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from infersight.collectors.engine.normalize import normalize_families
 from infersight.collectors.engine.targets import Target
 from infersight.collectors.gpu.collector import build_registry
 from infersight.collectors.gpu.sampler import Sampler
+from infersight.signals import engine as engine_signals
+from infersight.signals import gpu as gpu_signals
 from infersight.signals.engine import KV_CACHE_CAPACITY
 from infersight.simulator import vllm_format
 from infersight.simulator.engine import SimEngine
@@ -30,6 +38,12 @@ Sample = tuple[str, dict[str, str], float]
 GATEWAY_JOB, ENGINES_JOB, GPU_JOB = "infersight-gateway", "infersight-engines", "infersight-gpu"
 GATEWAY_TARGET, COLLECTOR_TARGET = "sim-gateway:9100", "sim-collector:9836"
 GPU_EXPORTER_PORT = 9835
+SIMULATED_FETCH_S = 0.002
+# wall-clock measurements of the producers' own work -> their value in virtual time
+VIRTUAL_TIME_VALUES = {engine_signals.COLLECTION_DURATION.name: SIMULATED_FETCH_S,
+                       gpu_signals.COLLECTOR_SAMPLE_DURATION.name: SIMULATED_FETCH_S,
+                       gpu_signals.COLLECTOR_SCRAPE_DURATION.name: SIMULATED_FETCH_S,
+                       gpu_signals.COLLECTOR_SAMPLE_AGE.name: 0.0}
 
 
 class SimEngineCollector(EngineCollector):
@@ -48,12 +62,12 @@ class SimEngineCollector(EngineCollector):
     def _scrape(self, target: Target) -> TargetResult:
         engine = next(e for e in self.sim_engines.values() if target.url == f"http://{e.instance}/metrics")
         if not engine.up:
-            return TargetResult(target, "vllm", 0.002, reason="down", detail="connection refused")
+            return TargetResult(target, "vllm", SIMULATED_FETCH_S, reason="down", detail="connection refused")
         families = vllm_format.families(engine)
         if self.wanted is not None:
             families = {k: v for k, v in families.items() if k in self.wanted}
         normalized = normalize_families(families, target.labels(), "vllm")
-        return TargetResult(target, "vllm", 0.002, normalized)
+        return TargetResult(target, "vllm", SIMULATED_FETCH_S, normalized)
 
 
 def _wanted_vllm_families(keep: Callable[[str], bool] | None) -> set[str] | None:
@@ -120,4 +134,4 @@ def _families(families, job: str, target: str) -> Iterator[Sample]:
             labels = dict(s.labels)
             labels.setdefault("instance", target)
             labels["job"] = job
-            yield s.name, labels, float(s.value)
+            yield s.name, labels, VIRTUAL_TIME_VALUES.get(s.name, float(s.value))

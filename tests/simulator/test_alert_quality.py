@@ -17,11 +17,10 @@ import yaml
 from infersight.alerts.build import render_all
 from infersight.config import Config
 from infersight.simulator import quality
-from infersight.simulator.scenario import builtin, load
 from tests.conftest import require_tool
+from tests.simulator.runs import SCENARIOS, recorded
 
 pytestmark = pytest.mark.real
-SCENARIOS = builtin()
 README = Path(__file__).resolve().parents[2] / "simulator" / "README.md"
 TABLE_START, TABLE_END = "<!-- alert-quality table: start -->", "<!-- alert-quality table: end -->"
 
@@ -29,12 +28,12 @@ TABLE_START, TABLE_END = "<!-- alert-quality table: start -->", "<!-- alert-qual
 @functools.cache
 def result(name: str) -> quality.Result:
     require_tool("promtool")
-    return quality.run(load(SCENARIOS[name]), Config())
+    return quality.run(SCENARIOS[name], Config(), recorder=recorded(name))
 
 
 def _expectations():
-    for name, path in SCENARIOS.items():
-        for e in load(path).expect:
+    for name, scenario in SCENARIOS.items():
+        for e in scenario.expect:
             marks = [pytest.mark.xfail(strict=True, reason=e.known_failure)] if e.known_failure else []
             yield pytest.param(name, e.alert, e.severity.value, id=f"{name}-{e.alert}-{e.severity.value}",
                                marks=marks)
@@ -58,8 +57,8 @@ def test_nothing_else_fires_at_warning_or_above(name):
 
 
 def _false_alarms():
-    for name, path in SCENARIOS.items():
-        for a in load(path).known_false_alarms:
+    for name, scenario in SCENARIOS.items():
+        for a in scenario.known_false_alarms:
             yield pytest.param(name, a.alert, a.severity.value, id=f"{name}-{a.alert}-{a.severity.value}",
                                marks=[pytest.mark.xfail(strict=True, reason=a.reason)])
 
@@ -71,7 +70,7 @@ def test_known_false_alarm_stays_silent(name, alert, severity):
 
 
 def test_the_healthy_baseline_is_six_hours_and_expects_nothing():
-    s = load(SCENARIOS["healthy-baseline"])
+    s = SCENARIOS["healthy-baseline"]
     assert s.minutes >= 360 and not s.expect
     assert any(e.action == "restart" for e in s.events)
 

@@ -11,22 +11,33 @@ import math
 
 import pytest
 
-from infersight.config import Config
 from infersight.signals import request
-from infersight.simulator.run import simulate
-from infersight.simulator.scenario import builtin, load
+from tests.simulator.runs import SCENARIOS, recorded
 
 WINDOW = 5  # minutes, as the SLO recordings' rate windows
-CHECKED = {"ttft_p95_before_s", "ttft_p95_peak_s"}
-SCENARIOS = {name: load(path) for name, path in builtin().items()}
+TTFT_CHECKS = {"ttft_p95_before_s", "ttft_p95_peak_s"}
+RETRY_CHECKS = {"client_retries_per_request_peak"}
+CHECKED = TTFT_CHECKS | RETRY_CHECKS
 
 
-def _p95_by_minute(scenario) -> dict[int, float]:
+def _summed(name: str, recorder) -> list[float]:
+    """Every series called ``name`` added up, minute by minute (absent reads 0, as a new counter)."""
+    total = [0.0] * recorder.steps
+    for (n, _labels), values in recorder.series.items():
+        if n == name:
+            for i, v in enumerate(values):
+                total[i] += v or 0.0
+    return total
+
+
+def _p95_by_minute(name: str) -> dict[int, float]:
     """Minute -> the fleet's p95 TTFT over the ``WINDOW`` minutes ending there."""
-    name = request.TTFT.name + "_bucket"
-    _fleet, recorder = simulate(scenario, Config(), keep={name}.__contains__)
+    bucket = request.TTFT.name + "_bucket"
+    recorder = recorded(name)
     totals: dict[float, list[float]] = {}
-    for (_name, labels), values in recorder.series.items():
+    for (series_name, labels), values in recorder.series.items():
+        if series_name != bucket:
+            continue
         row = totals.setdefault(float(dict(labels)["le"]), [0.0] * recorder.steps)
         for i, v in enumerate(values):
             row[i] += v or 0.0
@@ -49,10 +60,10 @@ def test_every_magnitude_a_scenario_states_is_checked():
     assert stated <= CHECKED, f"no check for {sorted(stated - CHECKED)}: add one here"
 
 
-@pytest.mark.parametrize("name", [n for n, s in SCENARIOS.items() if s.magnitudes.keys() & CHECKED])
+@pytest.mark.parametrize("name", [n for n, s in SCENARIOS.items() if s.magnitudes.keys() & TTFT_CHECKS])
 def test_the_simulated_ttft_is_the_accounts(name):
     scenario = SCENARIOS[name]
-    p95 = _p95_by_minute(scenario)
+    p95 = _p95_by_minute(name)
     onset = scenario.onset_minute
     before = [v for m, v in p95.items() if m <= onset]
     after = [v for m, v in p95.items() if m > onset]
@@ -63,3 +74,17 @@ def test_the_simulated_ttft_is_the_accounts(name):
     if "ttft_p95_peak_s" in scenario.magnitudes:
         low, high = scenario.magnitudes["ttft_p95_peak_s"]
         assert low <= max(after) <= high, f"peak p95 TTFT {max(after):.2f} s, the account says {low}..{high} s"
+
+
+@pytest.mark.parametrize("name", [n for n, s in SCENARIOS.items() if s.magnitudes.keys() & RETRY_CHECKS])
+def test_the_simulated_retry_storm_is_the_accounts(name):
+    """Client retries per request at the storm's peak, as the incident account measured them."""
+    scenario = SCENARIOS[name]
+    recorder = recorded(name)
+    retries, requests = _summed(request.CLIENT_RETRIES.name, recorder), _summed(request.REQUESTS.name, recorder)
+    ratios = [(retries[m] - retries[m - WINDOW]) / (requests[m] - requests[m - WINDOW])
+              for m in range(max(WINDOW, round(scenario.onset_minute)), recorder.steps)
+              if requests[m] > requests[m - WINDOW]]
+    low, high = scenario.magnitudes["client_retries_per_request_peak"]
+    assert low <= max(ratios) <= high, (
+        f"peak client retries per request {max(ratios):.2f}, the account says {low}..{high}")
