@@ -47,6 +47,7 @@ class Row:
     onset_minute: float | None
     known_failure: str | None = None
     allowed: str | None = None  # why it may fire (scenario's may_fire)
+    model: str | None = None  # set: it fired for this model, which the scenario says stays quiet
 
     @property
     def after_onset(self) -> float | None:
@@ -73,7 +74,8 @@ class Result:
 
 
 def probe_expr(minutes: int) -> str:
-    return (f'min by (alertname, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})'
+    """When each alert first fired, per model (an alert without a model label reads model "")."""
+    return (f'min by (alertname, severity, model) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})'
             f'[{minutes}m:1m])) / 60')
 
 
@@ -105,20 +107,28 @@ def test_document(recorder: Recorder, rule_files: list[str], minutes: int, eval_
     }
 
 
-def parse_probe(output: str) -> dict[tuple[str, str], float]:
-    """(alertname, severity) -> first firing minute, from promtool's report of the failed probe."""
-    fired: dict[tuple[str, str], float] = {}
+def parse_probe(output: str) -> dict[tuple[str, str, str], float]:
+    """(alertname, severity, model) -> first firing minute, from promtool's report of the failed probe."""
+    fired: dict[tuple[str, str, str], float] = {}
     for line in output.splitlines():
         line = line.strip()
         if not line.startswith("got:"):
             continue
         for labels_text, value in _GOT.findall(line[4:]):
             labels = dict(_LABEL.findall(labels_text))
-            fired[(labels.get("alertname", ""), labels.get("severity", ""))] = float(value)
+            fired[(labels.get("alertname", ""), labels.get("severity", ""), labels.get("model", ""))] = float(value)
     return fired
 
 
-def evaluate(recorder: Recorder, config: Config, minutes: int, workdir: Path) -> dict[tuple[str, str], float]:
+def by_alert(fired: dict[tuple[str, str, str], float]) -> dict[tuple[str, str], float]:
+    """(alertname, severity) -> the first minute it fired for any model."""
+    out: dict[tuple[str, str], float] = {}
+    for (alert, severity, _model), minute in fired.items():
+        out[(alert, severity)] = min(minute, out.get((alert, severity), minute))
+    return out
+
+
+def evaluate(recorder: Recorder, config: Config, minutes: int, workdir: Path) -> dict[tuple[str, str, str], float]:
     rule_files, rule_texts = [], []
     for relative, text in render_all(config).items():
         if relative.startswith("rules/"):
@@ -142,7 +152,8 @@ def evaluate(recorder: Recorder, config: Config, minutes: int, workdir: Path) ->
     return fired
 
 
-def judge(scenario: Scenario, fired: dict[tuple[str, str], float]) -> Result:
+def judge(scenario: Scenario, fired_by_model: dict[tuple[str, str, str], float]) -> Result:
+    fired = by_alert(fired_by_model)
     result = Result(scenario, first_fired=dict(fired))
     onset = scenario.onset_minute
     expected = set()
@@ -161,6 +172,10 @@ def judge(scenario: Scenario, fired: dict[tuple[str, str], float]) -> Result:
         if key not in expected and severity in PAGING:
             result.rows.append(Row(alert, severity, False, minute, None, onset, known_failure=false_alarms.get(key),
                                    allowed=allowed.get(key)))
+    # A model the incident does not touch stays quiet, whatever fires for the others.
+    for (alert, severity, model), minute in sorted(fired_by_model.items()):
+        if model in scenario.quiet_models and severity in PAGING:
+            result.rows.append(Row(alert, severity, False, minute, None, onset, model=model))
     return result
 
 
@@ -214,5 +229,8 @@ def table(results: list[Result]) -> str:
                 verdict = f"known failure: {row.known_failure}"
             else:
                 verdict = "FAIL"
-            lines.append(f"| {name} | {row.alert} | {row.severity} | {_cell(row)} | {deadline} | {verdict} |")
+            alert = row.alert if row.model is None else f"{row.alert} ({row.model})"
+            if row.model is not None:
+                deadline = "must not fire (quiet model)"
+            lines.append(f"| {name} | {alert} | {row.severity} | {_cell(row)} | {deadline} | {verdict} |")
     return "\n".join(lines)

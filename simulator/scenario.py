@@ -87,6 +87,8 @@ class Scenario(Strict):
     known_false_alarms: list[Allowance] = Field(
         default_factory=list, description="alerts a known rule defect fires here (strict xfails: they must stop)")
     magnitudes: dict[str, Any] = Field(default_factory=dict, description="what the incident looked like")
+    quiet_models: list[str] = Field(
+        default_factory=list, description="models the incident does not touch: nothing may fire for them")
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -94,6 +96,9 @@ class Scenario(Strict):
         for w in self.workload:
             if w.model not in models:
                 raise ValueError(f"workload for {w.model!r}, which the fleet does not serve ({', '.join(models)})")
+        for m in self.quiet_models:
+            if m not in models:
+                raise ValueError(f"quiet_models names {m!r}, which the fleet does not serve ({', '.join(models)})")
         if self.expect and self.onset_minute is None:
             raise ValueError("a scenario that expects alerts needs onset_minute")
         for e in self.events:
