@@ -23,11 +23,12 @@ JOBS = {"infersight-gateway", "infersight-engine", "infersight-gpu", "infersight
 
 
 @pytest.mark.real
-def test_the_default_scenario_pages_on_call_through_the_real_stack(tmp_path, capsys):
+def test_the_default_scenario_pages_on_call_through_the_real_stack(tmp_path, capsys, monkeypatch):
     require_tool("prometheus")
     require_tool("prometheus-alertmanager")
     require_chdb()
-    out = tmp_path / "demo"
+    monkeypatch.chdir(tmp_path)
+    out = Path("demo")  # relative, as make demo's default: the children run in folders of their own
     assert main(["demo", "--out", str(out), "--minutes", str(MINUTES), "--format", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)
 
