@@ -111,6 +111,11 @@ def failure_finding(row: dict[str, Any], pool: str, retried_ok: int) -> Finding:
     return Finding("Upstream attempts failed", cause, row["instance"], first, span_ms, row["requests_hit"], when)
 
 
+def slo_missed(impact: dict[str, Any], slo: Slo) -> bool:
+    """More of the window's requests missed the TTFT SLO (or failed) than the error budget allows."""
+    return bool(impact["requests"]) and impact["over_slo"] / impact["requests"] > 1 - slo.objective
+
+
 def slo_line(impact: dict[str, Any], slo: Slo) -> str:
     requests = impact["requests"]
     if not requests:
@@ -118,7 +123,7 @@ def slo_line(impact: dict[str, Any], slo: Slo) -> str:
     over = impact["over_slo"]
     share = over / requests
     budget = 1 - slo.objective
-    verdict = "within" if share <= budget else f"{share / budget:.1f}x"
+    verdict = f"{share / budget:.1f}x" if slo_missed(impact, slo) else "within"
     p95 = impact["ttft_p95_ms"]
     p95_text = "" if p95 is None or p95 != p95 else (
         f"; TTFT p95 {p95:,.0f} ms against a {slo.ttft_p95_ms:,.0f} ms target")
@@ -137,6 +142,12 @@ def headline(window_text: str, impact: dict[str, Any], slo: Slo, stalls: list[St
     findings += [failure_finding(r, pools.get(r["instance"], ""), _retried_ok(r["instance"], retries))
                  for r in failing]
     slo_text = slo_line(impact, slo)
+    if not findings and slo_missed(impact, slo):
+        # No stall and no failed attempt, yet the budget is spent: the time went before the first token
+        # (queueing, prefill), which the per-instance and per-pool TTFT below show; never "no incident".
+        cause = (f"requests waited before their first token: no inter-token gap over {min_gap_ms:g} ms and no "
+                 "failed upstream attempt, so look at queueing and prefill per instance and pool below")
+        return Headline(f"TTFT SLO missed: {slo_text}.", [("Cause", sentence_case(cause)), ("SLO impact", slo_text)])
     if not findings:
         cause = f"nothing abnormal found: no inter-token gap over {min_gap_ms:g} ms and no failed upstream attempt"
         return Headline(f"No incident found: {slo_text}.", [("Cause", cause), ("SLO impact", slo_text)], found=False)

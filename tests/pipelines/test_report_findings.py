@@ -37,6 +37,15 @@ def test_a_quiet_window_says_nothing_abnormal_and_the_slo():
                              "1.0% error budget of the 99.0% objective; TTFT p95 120 ms against a 1,000 ms target.")
 
 
+def test_a_spent_budget_with_no_stall_or_failure_is_an_incident_not_a_quiet_window():
+    # 40 of 100 first tokens late, nothing stalled, nothing failed: the time went in queueing or prefill
+    head = f.headline("w", impact(over=40), SLO, [], [attempts(failed=0)], {}, [], 500)
+    assert head.found and "No incident" not in head.sentence
+    assert head.sentence.startswith("TTFT SLO missed: 40 of 100 requests (40.0%) missed TTFT 1,000 ms or failed: "
+                                    "40.0x the 1.0% error budget")
+    assert dict(head.facts)["Cause"].startswith("Requests waited before their first token")
+
+
 def test_failing_first_attempts_retried_to_success_lead_when_nothing_stalled():
     retries = chain("a", ("10.0.0.4:8000", "error"), ("10.0.0.1:8000", "ok")) + \
         chain("b", ("10.0.0.4:8000", "error"), ("10.0.0.2:8000", "error"))
