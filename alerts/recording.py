@@ -36,6 +36,10 @@ TTFT_P95_BY_MODEL = quantile_name(request.TTFT, ("model",), 0.95)
 TTFT_P95_30M_BY_MODEL = name("model", request.TTFT.name, "p95_rate30m")
 TTFT_P95_BY_INSTANCE = quantile_name(request.TTFT, INSTANCE_LEVEL, 0.95)
 TTFT_P99_BY_INSTANCE = quantile_name(request.TTFT, INSTANCE_LEVEL, 0.99)
+# The breaker's view: an instance's own TTFT (inside the engine, the gateway queue not counted) and
+# the median of those p99s over the instances of its model and pool (its peers).
+ENGINE_TTFT_P99_BY_INSTANCE = quantile_name(engine.TTFT, INSTANCE_LEVEL, 0.99)
+ENGINE_TTFT_P99_POOL_MEDIAN = name(("model", "pool"), engine.TTFT.name, "p99_rate5m_median")
 GATEWAY_QUEUE_SUM = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "sum")
 GATEWAY_QUEUE_AVG30M = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "avg30m")
 INSTANCE_QUEUE_SUM = name(("model", "pool", "instance"), engine.REQUESTS_WAITING.name, "sum")
@@ -111,6 +115,9 @@ def recording_rules(limits: Limits) -> list[Recording]:
     return [
         *_quantiles(),
         Recording(TTFT_P95_30M_BY_MODEL, request.TTFT.quantile(0.95, by=("model",), window="30m")),
+        # ">= 0" drops an instance that served nothing in 5 minutes (NaN) so it is nobody's peer.
+        Recording(ENGINE_TTFT_P99_BY_INSTANCE, f"{engine.TTFT.quantile(0.99, by=INSTANCE_LEVEL)} >= 0"),
+        Recording(ENGINE_TTFT_P99_POOL_MEDIAN, f"quantile by (model, pool) (0.5, {ENGINE_TTFT_P99_BY_INSTANCE})"),
         Recording(GATEWAY_QUEUE_SUM, f"sum by (model, pool) ({gateway.QUEUE_DEPTH.select()})"),
         Recording(GATEWAY_QUEUE_AVG30M, f"avg_over_time({GATEWAY_QUEUE_SUM}[30m])"),
         Recording(INSTANCE_QUEUE_SUM, f"sum by (model, pool, instance) ({engine.REQUESTS_WAITING.select()})"),

@@ -90,6 +90,20 @@ def recording_test_file(limits: Limits, recording_rule_file: str) -> dict:
         {"expr": record, "eval_time": AT, "exp_samples": [_sample(record, labels, value)]})
     model, model_pool = {"model": MODEL}, {"model": MODEL, "pool": POOL}
 
+    # The breaker's view: engine-side p99 per instance and the pool's median of them. A fourth
+    # instance served nothing in the window (its buckets flat): no p99, and nobody's peer.
+    own = {"e1:8000": {0.25: 3, 0.75: 1}, "e2:8000": {0.5: 2, 2.5: 2}, "e3:8000": {1.0: 3, 5.0: 1}}
+    for instance, per_second in own.items():
+        series += histogram(engine.TTFT, engine_labels(instance), [({v: 60 * n for v, n in per_second.items()},
+                                                                    MINUTES)])
+    series += histogram(engine.TTFT, engine_labels("e4:8000"), [({0.25: 60}, 1), ({}, MINUTES - 1)])
+    p99s = {i: histogram_quantile(engine.TTFT.buckets, ps, 0.99) for i, ps in own.items()}
+    tests.append({"expr": rec.ENGINE_TTFT_P99_BY_INSTANCE, "eval_time": AT,
+                  "exp_samples": [_sample(rec.ENGINE_TTFT_P99_BY_INSTANCE, instance_labels(i), v)
+                                  for i, v in p99s.items()]})
+    tests.append({"expr": rec.ENGINE_TTFT_P99_POOL_MEDIAN, "eval_time": AT,
+                  "exp_samples": [_sample(rec.ENGINE_TTFT_P99_POOL_MEDIAN, model_pool, sorted(p99s.values())[1])]})
+
     # queues: two strategies at the gateway, two engines on one node
     series += [gauge(gateway.QUEUE_DEPTH, {**model_pool, "strategy": s}, [(n, MINUTES)]) for s, n in (("a", 3),
                                                                                                    ("b", 4))]

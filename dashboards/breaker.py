@@ -51,19 +51,24 @@ def _now(limits: Limits) -> list[dict]:
 
 
 def _latency(limits: Limits) -> list[dict]:
-    p99 = recorded(rec.TTFT_P99_BY_INSTANCE, F)
-    peers = f"quantile by (model, pool) (0.5, {p99})"
+    # What the breaker judges: each instance's own TTFT inside its engine (the gateway queue not
+    # counted) against the median instance of its model and pool, and the floor.
+    p99 = recorded(rec.ENGINE_TTFT_P99_BY_INSTANCE, F)
+    peers = recorded(rec.ENGINE_TTFT_P99_POOL_MEDIAN, F)
+    k = limits.instance_p99_peer_factor
     drill = data_link("Instance drill-down: ${__field.labels.instance}",
                  dashboard_url(instance.UID, instance="${__field.labels.instance}"))
     return [
-        timeseries("Instance TTFT p99 vs its peers", "s",
-                   [Q(p99, WHO), Q(peers, "peer median {{model}} {{pool}}")],
+        timeseries("Instance TTFT p99 (inside the engine) vs its peers", "s",
+                   [Q(p99, WHO), Q(peers, "peer median {{model}} {{pool}}"),
+                    Q(f"{k:g} * {peers}", f"{k:g}x peer median {{{{model}}}} {{{{pool}}}}")],
                    line=Line(limits.instance_p99_ttft_seconds), width=16, data_links=[drill],
-                   description="Each instance's p99 TTFT, the median of its pool's instances, and the breaker's "
-                               "threshold (thresholds.instance_p99_ttft_seconds): over it an instance goes "
-                               "half-open.",
-                   good="instances bunched around the peer median, all under the line; one far above its "
-                        "peers is that instance, all above together is load."),
+                   description="Each instance's p99 TTFT from a request's arrival at its engine (the gateway queue "
+                               "is not in it), the median of its pool's instances and that times "
+                               "thresholds.instance_p99_peer_factor. An instance above both that line and the "
+                               "floor (thresholds.instance_p99_ttft_seconds, drawn) goes half-open.",
+                   good="instances bunched around the peer median; one far above its peers and the floor is "
+                        "that instance, all above together is load (the breaker then stays closed)."),
         timeseries("Instances half-open or ejected", "short",
                    [Q(f"{state('half_open')} > 0", "half-open " + WHO), Q(f"{state('ejected')} > 0",
                                                                          "ejected " + WHO)], width=8,

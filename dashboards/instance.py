@@ -66,8 +66,9 @@ def _now(limits: Limits) -> list[dict]:
               good="under the red mark; at it the engine preempts."),
         stat("TTFT p99", "s", [Q(f"max({p99})", "p99")], line=Line(limits.instance_p99_ttft_seconds),
              links=[slowest_traces()],
-             description="Request-side p99 TTFT; red at the breaker's threshold (thresholds."
-                         "instance_p99_ttft_seconds).", good="well under the breaker's threshold."),
+             description="Request-side p99 TTFT (the gateway queue included); red at the breaker's floor "
+                         "(thresholds.instance_p99_ttft_seconds). The breaker itself judges the p99 inside the "
+                         "engine against the instance's peers (Breaker row).", good="well under the breaker's floor."),
         gauge("Prefix-cache hit ratio", "percentunit", [Q(HIT_RATIO, "hits")],
               line=Line(limits.cold_cache_hit_ratio, below=True),
               description="Token-weighted prefix-cache hits; red under thresholds.cold_cache_hit_ratio.",
@@ -151,12 +152,20 @@ def _gpus(limits: Limits) -> list[dict]:
 
 
 def _breaker(limits: Limits) -> list[dict]:
-    p99 = recorded(rec.TTFT_P99_BY_INSTANCE, I)
+    own = recorded(rec.ENGINE_TTFT_P99_BY_INSTANCE, I)
+    seen = recorded(rec.TTFT_P99_BY_INSTANCE, I)
+    k = limits.instance_p99_peer_factor
+    peers = f"{k:g} * {rec.ENGINE_TTFT_P99_POOL_MEDIAN} and on (model, pool) {own}"
     return [
-        timeseries("Breaker: TTFT p99 vs the threshold", "s", [Q(p99, "p99 {{pool}}")],
+        timeseries("Breaker: TTFT p99 vs the threshold", "s",
+                   [Q(own, "p99 inside the engine {{pool}}"), Q(peers, f"{k:g}x its pool's median instance"),
+                    Q(seen, "p99 at the gateway {{pool}}")],
                    line=Line(limits.instance_p99_ttft_seconds),
-                   description="Over the line the gateway half-opens the breaker: low-priority traffic only.",
-                   good="under the line."),
+                   description="The breaker judges the p99 inside the engine (from a request's arrival there; the "
+                               "gateway queue is not in it): over both the line (thresholds.instance_p99_ttft_"
+                               "seconds) and its peers' median times thresholds.instance_p99_peer_factor, the "
+                               "gateway half-opens it (low-priority traffic only). The gateway's p99 adds its queue.",
+                   good="under the line and the peer bound; the gateway's p99 near the engine's."),
         timeseries("State over time", "short", [Q(f"{gateway.INSTANCE_STATE.select(**I)} == 1", "{{state}}")],
                    stack=True, max_value=1, description="The gateway's state of this instance.",
                    good="healthy all along; half_open and ejected spans are incidents."),

@@ -68,7 +68,11 @@ class Thresholds(Section):
     forecast_min_demand_share: float = Field(
         0.9, gt=0, lt=1, description="the demand forecast pages only once demand is over this share of capacity "
                                      "(a normal ramp peaking under it stays quiet)")
-    instance_p99_ttft_seconds: float = Field(5.0, gt=0, description="per-instance p99 to half-open the breaker")
+    instance_p99_ttft_seconds: float = Field(
+        5.0, gt=0, description="floor: an instance's own p99 TTFT (inside the engine) must be over this to "
+                               "half-open its breaker")
+    instance_p99_peer_factor: float = Field(
+        2.0, gt=1, description="... and over this many times the median instance p99 of its model and pool")
     retry_ratio: float = Field(0.2, gt=0, description="retries per request, fleet-wide, for a retry storm")
     ejection_share: float = Field(0.3, gt=0, le=1, description="share of instances ejected within 5m")
     flaps_per_15m: float = Field(4, gt=0)

@@ -17,7 +17,7 @@ from typing import Any
 
 from infersight.capacity import plan
 from infersight.config import Config
-from infersight.signals import request
+from infersight.signals import engine, request
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,14 @@ def thresholds_from_config(config: Config) -> Thresholds:
                 f"{key} is {value:g}, not a bucket bound of {request.TTFT.name}: a histogram alert decides "
                 f"exactly only at a bound (between two bounds it interpolates, and fires up to a bucket's "
                 f"width late); use one of {bounds}")
+    # The breaker judges the engine's own TTFT (vLLM's buckets, which the collector passes through)
+    # and the dashboards draw the floor on the request TTFT too: it must be a bound of both.
+    if not on_bucket(th.instance_p99_ttft_seconds, engine.TTFT.buckets):
+        common = ", ".join(f"{b:g}" for b in request.TTFT.buckets if on_bucket(b, engine.TTFT.buckets))
+        raise ThresholdsError(
+            f"thresholds.instance_p99_ttft_seconds is {th.instance_p99_ttft_seconds:g}, not a bucket bound of "
+            f"{engine.TTFT.name} (vLLM's own buckets): the breaker compares an instance's engine-side p99 with "
+            f"it, and between two bounds it interpolates; use one of {common}")
     if th.cold_start_minutes < MIN_COLD_START_MINUTES:
         raise ThresholdsError(
             f"thresholds.cold_start_minutes {th.cold_start_minutes:g} is shorter than the 5-minute rates the "

@@ -17,6 +17,7 @@ from infersight.alerts.rules.common import (
     MODEL,
     PCT,
     POOL,
+    engine_labels,
     instance_labels,
     lab,
     pct,
@@ -25,7 +26,7 @@ from infersight.alerts.rules.common import (
     val,
 )
 from infersight.alerts.series import counter, gauge, histogram, observations_near, quantile, steps
-from infersight.signals import gateway, request
+from infersight.signals import engine, gateway, request
 
 SIGNAL = SignalClass.CIRCUIT_BREAKER
 ON_INSTANCE = "on (model, instance, pool)"
@@ -33,34 +34,86 @@ MIN_CASCADE = 2  # one ejected instance is a failure, not a cascade, however sma
 COLD_P95_SECONDS = 4.0  # the incident's new instances: p95 TTFT about 4 s while cold
 
 
+def _median(values: Sequence[float]) -> float:
+    """PromQL's ``quantile(0.5, ...)``: linear between the two middle values of an even count."""
+    ordered = sorted(values)
+    rank = 0.5 * (len(ordered) - 1)
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+def _breaker_fleet(own_p99: Sequence[float], waited_s: float, *, model: str = MODEL, prefix: str = "10.0.1.",
+                   minutes: int = 30) -> tuple[list[Series], list[float]]:
+    """Instances of one model and pool: each engine's own TTFT with a p99 near ``own_p99[i]``, and the
+    gateway's TTFT of the same requests after ``waited_s`` in the gateway queue (what the old rule read).
+    Returns the series and the p99 each instance's engine-side histogram gives."""
+    engine_buckets, request_buckets = engine.TTFT.buckets, request.TTFT.buckets
+    series, p99s = [], []
+    for i, target in enumerate(own_p99):
+        instance = f"{prefix}{i}:8000"
+        own = observations_near(engine_buckets, 0.99, target)
+        p99s.append(quantile(engine_buckets, own, 0.99))
+        # the gateway's view: the same requests, later by their wait in its queue
+        seen = observations_near(request_buckets, 0.99, min(target + waited_s, 0.99 * request_buckets[-1]))
+        series += [*histogram(engine.TTFT, {**engine_labels(instance), "model": model}, [(own, minutes)]),
+                   *histogram(request.TTFT, {**request_labels(instance), "model": model}, [(seen, minutes)])]
+    return series, p99s
+
+
+def _spread(centre: float, n: int) -> list[float]:
+    """``n`` healthy peers around ``centre`` (deterministic, within +-20%)."""
+    return [centre * (1 + 0.2 * math.sin(i * 2.399)) for i in range(n)]
+
+
 def instance_p99_high(limits: Limits) -> Alert:
-    t = limits.instance_p99_ttft_seconds
-    buckets = request.TTFT.buckets
-    slow = min(1.5 * t, (t + buckets[-1]) / 2)
+    floor, k = limits.instance_p99_ttft_seconds, limits.instance_p99_peer_factor
+    own, median = rec.ENGINE_TTFT_P99_BY_INSTANCE, rec.ENGINE_TTFT_P99_POOL_MEDIAN
+    # Peers' own p99 TTFT on a healthy day: about a second (prefill of long prompts at the tail).
+    healthy = 1.2
+    at = 20
 
-    def fleet(i1_target: float):
-        obs = observations_near(buckets, 0.99, i1_target)
-        ok = observations_near(buckets, 0.99, 0.3 * t)
-        series = [*histogram(request.TTFT, request_labels("e1:8000"), [(obs, 30)]),
-                  *histogram(request.TTFT, request_labels("e2:8000"), [(ok, 30)])]
-        return series, quantile(buckets, obs, 0.99)
-
-    firing, p99 = fleet(slow)
-    near, p99_near = fleet(0.95 * t)
-    require(p99 > t > p99_near, f"p99 {p99} must exceed {t}, {p99_near} must not")
+    # Retry storm (the incident): the gateway queue holds every request ~80 s, so every one of the 24
+    # instances looked slow from gateway arrival; each engine's own TTFT stayed normal.
+    storm, _ = _breaker_fleet(_spread(healthy, 24), waited_s=80.0)
+    # Overload (the incident): engines' queues uncapped, every instance of the pool ~60 s inside the
+    # engine too; another model's pool beside it is healthy, so a fleet-wide median would fire.
+    overloaded, _ = _breaker_fleet(_spread(60.0, 8), waited_s=30.0)
+    other_model, _ = _breaker_fleet(_spread(healthy, 8), waited_s=0.0, model="m2", prefix="10.0.2.")
+    # One genuinely slow instance among 24 peers (a GPU throttled to about a tenth of its speed: its
+    # own p99 near 12 s), the gateway queue short.
+    slow_target = max(12.0, 1.5 * floor, 1.5 * k * healthy)
+    one_slow, p99s = _breaker_fleet([slow_target, *_spread(healthy, 23)], waited_s=0.5)
+    pool_median = _median(p99s)
+    require(p99s[0] > max(floor, k * pool_median), f"the slow instance {p99s[0]} must be over its peers and floor")
+    # Just under the peer factor: peers slow enough that the floor is not what keeps it quiet.
+    peers_near = max(healthy, 1.5 * floor / k)
+    near, near_p99s = _breaker_fleet([(floor + k * peers_near) / 2, *_spread(peers_near, 7)], waited_s=0.5)
+    require(floor < near_p99s[0] < k * _median(near_p99s), "the near instance must be over the floor, under k x peers")
+    # Many times its peers but under the floor: fast instances, not worth half-opening.
+    under_floor, low_p99s = _breaker_fleet([0.6 * floor, *_spread(0.1 * floor, 7)], waited_s=0.5)
+    require(k * _median(low_p99s) < low_p99s[0] < floor, "the instance must be over k x peers, under the floor")
     return Alert(
         name="LLMInstanceTTFTP99High",
-        expr=f"{rec.TTFT_P99_BY_INSTANCE} > {num(t)}",
+        expr=(f"{own} > {num(floor)}\n"
+              f"and {own} > on (model, pool) group_left () ({num(k)} * {median})"),
         for_="2m",
         severity=Severity.WARNING,
         signal=SIGNAL,
         labels={"action": "half_open"},
-        summary="One instance's p99 TTFT is over its limit: half-open its breaker.",
-        description=(f"p99 TTFT of instance {lab('instance')} ({lab('model')}, pool {lab('pool')}) is {val(2)}s, "
-                     f"over {num(t)}s. Half-open its breaker: send it only low-priority traffic, do not eject it."),
+        summary="One instance is much slower than its peers: half-open its breaker.",
+        description=(f"Instance {lab('instance')} ({lab('model')}, pool {lab('pool')}) takes {val(2)}s at p99 from "
+                     f"a request's arrival at the engine to its first token (the gateway queue not counted), more "
+                     f"than {num(k)}x the median instance of its pool and over {num(floor)}s. Half-open its "
+                     "breaker: send it only low-priority traffic, do not eject it."),
         cases=[
-            Case("one slow instance among healthy ones", firing, 20, [Expected(instance_labels("e1:8000"), p99)]),
-            Case("slow instance just under the limit", near, 20),
+            Case("one instance of 24 slow inside its engine (p99 ~12 s, peers ~1 s)", one_slow, at,
+                 [Expected(instance_labels("10.0.1.0:8000"), p99s[0])]),
+            Case("retry storm: all 24 instances slow from the gateway queue (~80 s), engines normal", storm, at),
+            Case("overload: the whole pool ~60 s inside its engines, another model healthy",
+                 [*overloaded, *other_model], at),
+            Case(f"one instance of 8 over the floor but under {num(k)}x its peers' median", near, at),
+            Case("one instance of 8 many times its peers but under the floor", under_floor, at),
         ],
     )
 

@@ -84,7 +84,10 @@ REQUESTS_FINISHED = declare("llm_engine_requests_finished_total", Kind.COUNTER, 
                             "repetition; success where the engine does not tell stop from length).",
                             PRODUCER)
 TTFT = declare("llm_engine_time_to_first_token_seconds", Kind.HISTOGRAM, "seconds", ENGINE_LABELS,
-               "Time to first token as the engine measures it.", PRODUCER, LATENCY_BUCKETS)
+               "Time to first token as the engine measures it: from the request's arrival at the engine "
+               "(its queue and prefill; vLLM: vllm/v1/metrics/stats.py, first token time - arrival_time), so "
+               "a gateway's queue is not in it. The instance's own TTFT; the breaker judges it.",
+               PRODUCER, LATENCY_BUCKETS)
 INTER_TOKEN = declare("llm_engine_inter_token_latency_seconds", Kind.HISTOGRAM, "seconds", ENGINE_LABELS,
                       "Time between consecutive output tokens as the engine measures it (one observation "
                       "per token gap).", PRODUCER, TOKEN_LATENCY_BUCKETS)

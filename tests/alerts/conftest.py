@@ -21,7 +21,7 @@ def custom_config_data(secret_dir) -> dict:
         "thresholds": {
             "gateway_queue_depth": 20, "ttft_slo_share_rising": 0.75, "forecast_hours": 1,
             "forecast_min_demand_share": 0.95,
-            "instance_p99_ttft_seconds": 2.0, "retry_ratio": 0.1,
+            "instance_p99_ttft_seconds": 2.5, "instance_p99_peer_factor": 3, "retry_ratio": 0.1,
             "ejection_share": 0.25, "flaps_per_15m": 3,
             "rejection_ratio": 0.02, "bandwidth_saturation": 0.85, "compute_low": 0.4, "kv_usage_near_full": 0.9,
             "prefix_hit_collapse": 0.6, "gpu_temperature_celsius": 80, "cold_start_minutes": 10,

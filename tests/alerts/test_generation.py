@@ -117,6 +117,9 @@ def test_half_open_label_on_the_instance_breaker(limits):
     ({"thresholds": {"instance_p99_ttft_seconds": 640}}, ["instance_p99_ttft_seconds 640", "largest finite bucket"]),
     ({"thresholds": {"instance_p99_ttft_seconds": 3}},
      ["instance_p99_ttft_seconds is 3", "not a bucket bound", "2.5, 5"]),
+    # a request-TTFT bound but not one of vLLM's, which the breaker's engine-side p99 is read from
+    ({"thresholds": {"instance_p99_ttft_seconds": 2}},
+     ["instance_p99_ttft_seconds is 2,", "llm_engine_time_to_first_token_seconds", "1, 2.5, 5"]),
     ({"thresholds": {"ttft_slo_share_rising": 0.65}}, ["ttft_slo_share_rising is 0.65", "not a bucket bound"]),
     ({"slo": {"ttft_p95_seconds": 640}}, ["slo.ttft_p95_seconds 640", "largest finite bucket"]),
     ({"thresholds": {"cold_start_minutes": 2}}, ["cold_start_minutes 2", "5 or more"]),

@@ -38,18 +38,22 @@ NODE = "sim"
 MODEL = "m1"
 POOLS = ("stable", "canary")
 GENERATED = re.compile(r"^(vllm:generation_tokens_total\{[^}]*\}) [0-9.e+]+$", re.M)
+TTFT = re.compile(r"^(vllm:time_to_first_token_seconds_(?:bucket|count|sum)\{[^}]*\}) ([0-9.e+]+)$", re.M)
 
 
 class GrowingVLLM:
-    """The vLLM fixture, its generated-token counter rising 100 tokens/s (energy per token needs it)."""
+    """The vLLM fixture, its generated-token counter rising 100 tokens/s (energy per token needs it)
+    and its TTFT histogram growing in its own shape (the breaker's engine-side p99 needs a rate)."""
 
     def __init__(self) -> None:
         self.text = (FIXTURES / "metrics" / "vllm_metrics_sample.txt").read_text()
         self.start = time.monotonic()
 
     def __call__(self) -> bytes:
-        tokens = 1000 + 100 * (time.monotonic() - self.start)
-        return GENERATED.sub(lambda m: f"{m.group(1)} {tokens}", self.text).encode()
+        elapsed = time.monotonic() - self.start
+        tokens = 1000 + 100 * elapsed
+        text = GENERATED.sub(lambda m: f"{m.group(1)} {tokens}", self.text)
+        return TTFT.sub(lambda m: f"{m.group(1)} {float(m.group(2)) * (1 + elapsed)}", text).encode()
 
 
 class LiveFleet:
