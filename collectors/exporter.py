@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from typing import TextIO
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -57,10 +58,12 @@ def wait_until_stopped() -> None:
         pass
 
 
-def serve_until_stopped(command: str, registry: CollectorRegistry, listen: Listen, what: str) -> int:
+def serve_until_stopped(command: str, registry: CollectorRegistry, listen: Listen, what: str,
+                        announce: TextIO | None = None) -> int:
     """Serve ``registry`` on ``listen`` until SIGTERM or Ctrl-C, saying ``what`` is served where; exit code.
 
-    A port that cannot be bound is exit 2 with a message naming the address (``infersight COMMAND: ...``).
+    The address line goes to ``announce`` (stderr unless told). A port that cannot be bound is exit 2
+    with a message naming the address (``infersight COMMAND: ...``).
     """
     from infersight.commands.output import fail
 
@@ -70,7 +73,7 @@ def serve_until_stopped(command: str, registry: CollectorRegistry, listen: Liste
         return fail(command, f"cannot listen on {listen}: {exc.strerror or exc} (is the port in use? pick another "
                              "with --listen)")
     print(f"infersight: serving {what} on http://{listen.with_port(server.server_port)}/metrics",
-          file=sys.stderr, flush=True)
+          file=announce or sys.stderr, flush=True)
     try:
         wait_until_stopped()
     finally:

@@ -231,24 +231,15 @@ DCGM_COLUMNS = ("node", "gpu", "uuid", "gpu_model", "up", "bandwidth_utilization
 
 
 def _dcgm_serve(collector, args, config) -> int:
-    from infersight.collectors.exporter import parse_listen, serve, wait_until_stopped
+    from infersight.collectors.exporter import parse_listen, serve_until_stopped
     from infersight.collectors.gpu.dcgm_collector import build_registry
 
     listen = args.listen or config.listeners.gpu_exporter
     try:
         address = parse_listen(listen)
-        server, _thread = serve(build_registry(collector), address)
-    except (ValueError, OSError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(f"infersight collect gpu: cannot listen on {listen}: {reason} (pick another with --listen HOST:PORT)",
+    except ValueError as exc:
+        print(f"infersight collect gpu: cannot listen on {listen}: {exc} (pick another with --listen HOST:PORT)",
               file=sys.stderr)
         return 2
-    print(f"serving GPUs of {len(collector.sources)} dcgm-exporter(s) on "
-          f"http://{address.with_port(server.server_port)}/metrics",
-          flush=True)
-    try:
-        wait_until_stopped()
-    finally:
-        server.shutdown()
-        server.server_close()
-    return 0
+    return serve_until_stopped("collect gpu", build_registry(collector), address,
+                               f"GPUs of {len(collector.sources)} dcgm-exporter(s)", announce=sys.stdout)
