@@ -250,7 +250,9 @@ class DemoRun:
             _write_atomically(sd_file, json.dumps([{"targets": targets}]))
 
     def job(self, component: str) -> str:
-        return self.config.prometheus.job_prefix + component
+        from infersight.prometheus_config import job_name
+
+        return job_name(self.config, component)  # the names `prometheus render` gives and the rules watch
 
     def _prometheus_config(self, am_url: str, endpoints: FleetEndpoints, engine_port: int, receiver,
                            gpu_sd: Path) -> Path:
