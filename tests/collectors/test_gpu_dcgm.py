@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -253,3 +257,22 @@ def test_prometheus_joins_dcgm_energy_with_engine_tokens(prometheus_server, serv
         engine_server.shutdown()
         engines.close()
         dcgm.close()
+
+
+def test_collect_gpu_dcgm_serves_the_mapped_series_until_sigterm(served):
+    source = served.add("/metrics", DEFAULT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infersight", "collect", "gpu", "--backend", "dcgm", "--source", source,
+         "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "serving GPUs of 1 dcgm-exporter(s) on http://127.0.0.1:" in line, line + proc.stderr.read()
+        with urllib.request.urlopen(line.split(" on ")[1].strip(), timeout=10) as response:
+            body = response.read().decode()
+        assert f"{gpu.UP.name}{{" in body and gpu.ENERGY.name in body
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
