@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,22 @@ JOBS: dict[str, Job] = {job.component: job for job in (
     Job("proxy", "proxy", "infersight proxy"),
     Job("receiver", "otlp_http", "infersight up / infersight receive"),
 )}
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """Where a job scrapes when not at its ``listeners.*`` address (the demo's fleet on free ports).
+
+    ``targets`` are static addresses; ``file_sd`` a file_sd JSON file instead, re-read every global
+    scrape interval (nodes that appear join within a scrape). ``interval`` is the job's own scrape
+    interval and timeout, for an exporter slower to answer than the global interval allows.
+    ``reads`` replaces the header comment that says where the exporter gets its data."""
+
+    targets: Sequence[str] = ()
+    file_sd: str | None = None
+    metrics_path: str | None = None
+    interval: str | None = None
+    reads: str | None = None
 
 
 def default_components(config: Config) -> list[str]:
@@ -102,12 +118,29 @@ def rule_file_glob(rules_dir: str, out: str | None) -> str:
     return str(rules / "*.yml")
 
 
+def _job(name: str, scrape: Scrape, refresh: str) -> dict[str, Any]:
+    job: dict[str, Any] = {"job_name": name, "honor_labels": True}
+    if scrape.interval:
+        job["scrape_interval"] = job["scrape_timeout"] = scrape.interval
+    if scrape.metrics_path:
+        job["metrics_path"] = scrape.metrics_path
+    if scrape.file_sd:
+        job["file_sd_configs"] = [{"files": [scrape.file_sd], "refresh_interval": refresh}]
+    else:
+        job["static_configs"] = [{"targets": list(scrape.targets)}]
+    return job
+
+
 def render(config: Config, components: Sequence[str] | None = None, *, rules_dir: str | None = None,
            out: str | None = None, scrape_interval: str = "15s", host: str | None = None,
-           alertmanagers: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
-    """The configuration as a dict, and the comment lines that head the YAML."""
-    if not DURATION.match(scrape_interval):
-        raise RenderError(f"--scrape-interval {scrape_interval!r}: expected a duration like 15s or 1m")
+           alertmanagers: Sequence[str] = (), scrapes: Mapping[str, Scrape] | None = None,
+           ) -> tuple[dict[str, Any], list[str]]:
+    """The configuration as a dict, and the comment lines that head the YAML. ``scrapes`` gives a
+    component's job other addresses than its listener's (see :class:`Scrape`)."""
+    scrapes = scrapes or {}
+    for interval in [scrape_interval, *(s.interval for s in scrapes.values() if s.interval)]:
+        if not DURATION.match(interval):
+            raise RenderError(f"--scrape-interval {interval!r}: expected a duration like 15s or 1m")
     components = list(components or default_components(config))
     unknown = [c for c in components if c not in JOBS]
     if unknown:
@@ -121,10 +154,10 @@ def render(config: Config, components: Sequence[str] | None = None, *, rules_dir
             raise RenderError(f"job name {name!r} does not match thresholds.exporter_jobs {pattern!r}, so the "
                               "exporter-down alert would not watch it; set prometheus.job_prefix so that "
                               "prefix + component matches, or widen thresholds.exporter_jobs")
-        target = _target(getattr(config.listeners, job.listener), host)
-        scrape_configs.append({"job_name": name, "honor_labels": True,
-                               "static_configs": [{"targets": [target]}]})
-        comments.append(f"{name}: {job.command} on {target} ({_reads(config, component)})")
+        scrape = scrapes.get(component) or Scrape(targets=[_target(getattr(config.listeners, job.listener), host)])
+        scrape_configs.append(_job(name, scrape, scrape_interval))
+        where = f"file_sd {scrape.file_sd}" if scrape.file_sd else ", ".join(scrape.targets)
+        comments.append(f"{name}: {job.command} on {where} ({scrape.reads or _reads(config, component)})")
     document: dict[str, Any] = {"global": {"scrape_interval": scrape_interval,
                                            "evaluation_interval": scrape_interval}}
     if rules_dir is not None:
@@ -133,3 +166,11 @@ def render(config: Config, components: Sequence[str] | None = None, *, rules_dir
         document["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
     document["scrape_configs"] = scrape_configs
     return document, comments
+
+
+def to_yaml(document: dict[str, Any], comments: Sequence[str], rendered_by: str) -> str:
+    """prometheus.yml text: a header saying who rendered it and what each job scrapes, then the document."""
+    from infersight.alerts.yamlout import dump
+
+    header = [f"# Rendered by {rendered_by} from infersight.yaml.", *(f"# {c}" for c in comments)]
+    return "\n".join(header) + "\n" + dump(document)

@@ -256,25 +256,24 @@ class DemoRun:
 
     def _prometheus_config(self, am_url: str, endpoints: FleetEndpoints, engine_port: int, receiver,
                            gpu_sd: Path) -> Path:
-        receiver_target = receiver.http_url.split("://", 1)[1]
-        document = {
-            "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE, "scrape_timeout": SCRAPE},
-            "rule_files": [str((self.out / "rules").resolve() / "*.yml")],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [am_url.split("://", 1)[1]]}]}]},
-            "scrape_configs": [
-                {"job_name": self.job("gateway"), "honor_labels": True, "metrics_path": "/gateway/metrics",
-                 "static_configs": [{"targets": [endpoints.gateway_target]}]},
-                # One collection scrapes every engine over HTTP and normalizes it: on a busy machine that
-                # can take a second, so this job scrapes every 2 s (rules' 5 s windows keep 2-3 samples).
-                {"job_name": self.job("engine"), "honor_labels": True, "scrape_interval": ENGINE_SCRAPE,
-                 "scrape_timeout": ENGINE_SCRAPE,
-                 "static_configs": [{"targets": [f"127.0.0.1:{engine_port}"]}]},
-                {"job_name": self.job("gpu"), "honor_labels": True,
-                 "file_sd_configs": [{"files": [str(gpu_sd.resolve())], "refresh_interval": SCRAPE}]},
-                {"job_name": self.job("receiver"), "honor_labels": True,
-                 "static_configs": [{"targets": [receiver_target]}]},
-            ],
-        }
+        from infersight.prometheus_config import RenderError, Scrape, render, to_yaml
+
         path = self._folder("prometheus") / "prometheus.yml"
-        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        try:
+            document, comments = render(
+                self.config, ["gateway", "engine", "gpu", "receiver"], rules_dir=str(self.out), out=str(path),
+                scrape_interval=SCRAPE, alertmanagers=[am_url.split("://", 1)[1]],
+                scrapes={
+                    "gateway": Scrape(targets=[endpoints.gateway_target], metrics_path="/gateway/metrics",
+                                      reads="the simulated gateway"),
+                    # One collection scrapes every engine over HTTP and normalizes it: on a busy machine that
+                    # can take a second, so this job scrapes every 2 s (rules' 5 s windows keep 2-3 samples).
+                    "engine": Scrape(targets=[f"127.0.0.1:{engine_port}"], interval=ENGINE_SCRAPE,
+                                     reads="the simulated fleet's vLLM engines"),
+                    "gpu": Scrape(file_sd=str(gpu_sd.resolve()), reads="one simulated GPU exporter per node"),
+                    "receiver": Scrape(targets=[receiver.http_url.split("://", 1)[1]]),
+                })
+        except RenderError as exc:
+            raise StackError(f"Prometheus configuration: {exc}") from None
+        path.write_text(to_yaml(document, comments, "`infersight demo`"))
         return path

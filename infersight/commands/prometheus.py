@@ -57,9 +57,8 @@ _fail = functools.partial(fail, "prometheus render")
 
 
 def run_render(args, config) -> int:
-    from infersight.alerts.yamlout import dump
     from infersight.listen import parse_listen
-    from infersight.prometheus_config import RenderError, render
+    from infersight.prometheus_config import RenderError, render, to_yaml
 
     for address in args.alertmanager:
         try:
@@ -78,8 +77,7 @@ def run_render(args, config) -> int:
     if args.format == "json":
         text = json.dumps(document, indent=2) + "\n"
     else:
-        header = ["# Rendered by `infersight prometheus render` from infersight.yaml.", *(f"# {c}" for c in comments)]
-        text = "\n".join(header) + "\n" + dump(document)
+        text = to_yaml(document, comments, "`infersight prometheus render`")
     if args.out:
         try:
             Path(args.out).write_text(text)

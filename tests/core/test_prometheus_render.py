@@ -137,3 +137,35 @@ def test_a_real_prometheus_runs_the_rendered_config(capsys, tmp_path, monkeypatc
         collector.close()
         engines.stop()
         exporter.stop()
+
+
+@pytest.mark.real
+def test_the_demo_renders_its_prometheus_config_with_the_same_renderer(tmp_path):
+    """The demo's jobs (a metrics path, a slower engine job, GPUs by file_sd) come from prometheus_config.render:
+    the same job names, honor_labels and header as `prometheus render`, and promtool accepts the file."""
+    from types import SimpleNamespace
+
+    from infersight.alerts import tools
+    from infersight.commands.demo_run import DemoRun
+    from infersight.config import Config
+
+    require_tool("promtool")
+    run = DemoRun(Config(), scenario=None, minutes=1, out=tmp_path, binaries={}, quiet=True)
+    gpu_sd = tmp_path / "gpu_targets.json"
+    gpu_sd.write_text("[]")
+    path = run._prometheus_config("http://127.0.0.1:9093", SimpleNamespace(gateway_target="127.0.0.1:7001"), 7002,
+                                  SimpleNamespace(http_url="http://127.0.0.1:7003"), gpu_sd)
+    text = path.read_text()
+    assert text.startswith("# Rendered by `infersight demo` from infersight.yaml.")
+    doc = yaml.safe_load(text)
+    jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
+    assert list(jobs) == ["infersight-gateway", "infersight-engine", "infersight-gpu", "infersight-receiver"]
+    assert all(j["honor_labels"] is True for j in jobs.values())
+    assert jobs["infersight-gateway"]["metrics_path"] == "/gateway/metrics"
+    assert jobs["infersight-engine"]["scrape_interval"] == jobs["infersight-engine"]["scrape_timeout"] == "2s"
+    assert jobs["infersight-gpu"]["file_sd_configs"] == [{"files": [str(gpu_sd)], "refresh_interval": "1s"}]
+    assert jobs["infersight-receiver"]["static_configs"] == [{"targets": ["127.0.0.1:7003"]}]
+    assert doc["rule_files"] == [str(tmp_path / "rules" / "*.yml")]
+    assert doc["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["127.0.0.1:9093"]
+    result = tools.check_config(path)
+    assert result.ok, result.output
