@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infersight.alerts.alertmanager import alertmanager_config
-from infersight.alerts.limits import limits_from_config
 from infersight.alerts.promtests import test_file
 from infersight.alerts.recording import recording_rules
 from infersight.alerts.recording_tests import recording_test_file
@@ -14,6 +13,7 @@ from infersight.alerts.rulefiles import alert_file, recording_file
 from infersight.alerts.rules import alerts_by_file
 from infersight.alerts.yamlout import dump
 from infersight.config import Config
+from infersight.thresholds import thresholds_from_config
 
 RECORDING_FILE = "recording.yml"
 
@@ -30,7 +30,7 @@ class Built:
 
 def render_all(config: Config) -> dict[str, str]:
     """Every output file by relative path, as text (nothing written)."""
-    limits = limits_from_config(config)
+    limits = thresholds_from_config(config)
     by_file = alerts_by_file(limits)
     recordings = recording_rules(limits)
     files = {f"rules/{RECORDING_FILE}": dump(recording_file(recordings))}
@@ -52,7 +52,7 @@ def build(config: Config, out: str | Path) -> Built:
         path = out / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    limits = limits_from_config(config)
+    limits = thresholds_from_config(config)
     return Built(
         out=out,
         rule_files=sorted(out / p for p in files if p.startswith("rules/")),

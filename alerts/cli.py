@@ -38,9 +38,9 @@ _fail = functools.partial(fail, "alerts")
 
 def run_build(args, config) -> int:
     from infersight.alerts.build import build
-    from infersight.alerts.limits import AlertsConfigError
+    from infersight.thresholds import ThresholdsError
 
-    with writing_into("alerts", args.out, AlertsConfigError):
+    with writing_into("alerts", args.out, ThresholdsError):
         built = build(config, args.out)
     print(f"wrote {len(built.rule_files)} rule files ({built.alert_count} alerts, {built.recording_count} "
           f"recording rules), {len(built.test_files)} promtool test files and alertmanager.yml to {built.out}")
@@ -76,14 +76,14 @@ def _check(built) -> int:
 
 
 def run_list(args, config) -> int:
-    from infersight.alerts.limits import AlertsConfigError, limits_from_config
     from infersight.alerts.rulefiles import runbook_url
     from infersight.alerts.rules import all_alerts
     from infersight.commands.output import render
+    from infersight.thresholds import ThresholdsError, thresholds_from_config
 
     try:
-        limits = limits_from_config(config)
-    except AlertsConfigError as exc:
+        limits = thresholds_from_config(config)
+    except ThresholdsError as exc:
         return _fail(str(exc), 2)
     rows = [{"alert": a.name, "severity": a.severity.value, "signal": a.signal.value, "for": a.for_,
              "summary": a.summary, "runbook": runbook_url(limits, a)} for a in all_alerts(limits)]

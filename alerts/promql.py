@@ -29,3 +29,9 @@ def events(selector: str, window: str) -> str:
 def younger_than(start_time_selector: str, seconds: float) -> str:
     """Series of instances whose start time is less than ``seconds`` ago (in their cold start)."""
     return f"(time() - {start_time_selector} < {seconds:g})"
+
+
+def num(value: float) -> str:
+    """A threshold as PromQL and people read it: ``0.144`` rather than ``0.14400000000000002``."""
+    text = repr(round(float(value), 10))
+    return text[:-2] if text.endswith(".0") else text

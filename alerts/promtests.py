@@ -15,14 +15,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from infersight.alerts.limits import Limits
 from infersight.alerts.model import Alert, Case, Expected
 from infersight.alerts.rulefiles import annotations
 from infersight.alerts.series import absent_until_first_event
 from infersight.alerts.templates import check_clear_of_rounding, render
+from infersight.thresholds import Thresholds
 
 
-def expected_alert(limits: Limits, owner: Alert, expected: Expected) -> dict:
+def expected_alert(limits: Thresholds, owner: Alert, expected: Expected) -> dict:
     alert = expected.alert or owner
     labels = {**expected.labels, **alert.static_labels(limits.cluster)}
     check_clear_of_rounding(alert.description, expected.value)
@@ -42,7 +42,7 @@ def twin(case: Case) -> Case | None:
     return dataclasses.replace(case, name=case.name + TWIN_SUFFIX, series=series)
 
 
-def test_group(limits: Limits, alert: Alert, case: Case) -> dict:
+def test_group(limits: Thresholds, alert: Alert, case: Case) -> dict:
     verdict = "fires" if case.fires else "silent"
     return {
         "name": f"{alert.name} [{alert.severity}] {verdict}: {case.name}",
@@ -61,7 +61,7 @@ def _fires_itself(case: Case) -> bool:
     return any(e.alert is None for e in case.fires)
 
 
-def test_file(limits: Limits, alerts: Sequence[Alert], rule_files: Sequence[str]) -> dict:
+def test_file(limits: Thresholds, alerts: Sequence[Alert], rule_files: Sequence[str]) -> dict:
     missing = [f"{a.name} [{a.severity}]" for a in alerts
                if not any(_fires_itself(c) for c in a.cases) or all(_fires_itself(c) for c in a.cases)]
     if missing:

@@ -5,12 +5,11 @@ Each name is built from the catalog signal it aggregates, so renaming a metric r
 
 from __future__ import annotations
 
-from infersight.alerts.limits import Limits
 from infersight.alerts.model import Recording
 from infersight.alerts.promql import events, ratio, younger_than
 from infersight.alerts.series import le
 from infersight.signals import Signal, engine, gateway, gpu, request
-from infersight.thresholds import BURN_WINDOWS
+from infersight.thresholds import BURN_WINDOWS, Thresholds
 
 QUANTILES = (0.5, 0.95, 0.99)
 INSTANCE_LEVEL = ("model", "instance", "pool")  # request labels minus the strategy
@@ -71,7 +70,7 @@ def _quantiles() -> list[Recording]:
     return rules
 
 
-def _slo_errors(limits: Limits) -> list[Recording]:
+def _slo_errors(limits: Thresholds) -> list[Recording]:
     """Share of requests slower than the TTFT SLO, from the bucket at exactly the SLO bound."""
     good = request.TTFT.bucket(le=le(limits.ttft_slo_seconds))
     return [
@@ -93,7 +92,7 @@ def retries_per_request() -> str:
             f"/ sum by (model) ({request.REQUESTS.rate()})")
 
 
-def established_instances(limits: Limits) -> str:
+def established_instances(limits: Thresholds) -> str:
     """Instances past their cold start, one series per (model, instance, pool).
 
     New instances count apart (DESIGN 4: cold-start thrash is its own signal): eight new
@@ -104,13 +103,13 @@ def established_instances(limits: Limits) -> str:
             f" unless on (model, instance, pool) {younger_than(start, limits.cold_start_minutes * 60)})")
 
 
-def ejected_5m(limits: Limits) -> str:
+def ejected_5m(limits: Thresholds) -> str:
     """Established instances ejected within 5 minutes, a first ejection that created the series included."""
     ejected = f"sum by (model, instance, pool) ({events(gateway.EJECTIONS.select(), '5m')}) > 0"
     return f"({ejected}\n and on (model, instance, pool) {established_instances(limits)})"
 
 
-def recording_rules(limits: Limits) -> list[Recording]:
+def recording_rules(limits: Thresholds) -> list[Recording]:
     state = gateway.INSTANCE_STATE
     return [
         *_quantiles(),

@@ -12,11 +12,10 @@ import math
 from collections.abc import Mapping, Sequence
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits
 from infersight.alerts.rules.common import MODEL, NODE, POOL, engine_labels, gpu_labels, instance_labels, request_labels
 from infersight.alerts.series import absent_until_first_event, counter, gauge, histogram, steps
 from infersight.signals import Signal, engine, gateway, gpu, request
-from infersight.thresholds import BURN_WINDOWS
+from infersight.thresholds import BURN_WINDOWS, Thresholds
 
 AT = "10m"  # the 5-minute window [5m, 10m] holds six samples: no extrapolation
 MINUTES = 15
@@ -84,7 +83,7 @@ def _rounded(record: str, labels: Mapping[str, str], value: float, selector: str
             "exp_samples": [{"labels": _sample("", labels, 0)["labels"], "value": expected}]}
 
 
-def recording_test_file(limits: Limits, recording_rule_file: str) -> dict:
+def recording_test_file(limits: Thresholds, recording_rule_file: str) -> dict:
     series, tests = _quantile_cases()
     one = lambda record, labels, value: tests.append(  # noqa: E731
         {"expr": record, "eval_time": AT, "exp_samples": [_sample(record, labels, value)]})

@@ -7,7 +7,6 @@ The thresholds are those of ``alerts/rules/circuit_breaker.py`` (config ``thresh
 from __future__ import annotations
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards import instance, shared
@@ -25,6 +24,7 @@ from infersight.dashboards.panels import (
     variable,
 )
 from infersight.signals import gateway, request
+from infersight.thresholds import Thresholds
 
 UID = "infersight-breaker"
 F = {"model": "=~$model", "pool": "=~$pool"}
@@ -35,7 +35,7 @@ def state(name: str) -> str:
     return f"sum by (model, instance, pool) ({gateway.INSTANCE_STATE.select(state=name, **F)})"
 
 
-def _now(limits: Limits) -> list[dict]:
+def _now(limits: Thresholds) -> list[dict]:
     return [
         stat(f"{name.replace('_', '-').capitalize()} instances", "short",
              [Q(f"sum({gateway.INSTANCE_STATE.select(state=name, **F)})", name)], width=6,
@@ -50,7 +50,7 @@ def _now(limits: Limits) -> list[dict]:
     ]
 
 
-def _latency(limits: Limits) -> list[dict]:
+def _latency(limits: Thresholds) -> list[dict]:
     # What the breaker judges: each instance's own TTFT inside its engine (the gateway queue not
     # counted) against the median instance of its model and pool, and the floor.
     p99 = recorded(rec.ENGINE_TTFT_P99_BY_INSTANCE, F)
@@ -77,7 +77,7 @@ def _latency(limits: Limits) -> list[dict]:
     ]
 
 
-def _retries(limits: Limits) -> list[dict]:
+def _retries(limits: Thresholds) -> list[dict]:
     by_instance = f"sum by (instance, pool) ({request.RETRIES.rate(RATE, **F)})"
     timeouts = f"sum by (model, pool, kind) ({request.TIMEOUTS.rate(RATE, **F)})"
     return [
@@ -96,7 +96,7 @@ def _retries(limits: Limits) -> list[dict]:
     ]
 
 
-def _ejections(limits: Limits) -> list[dict]:
+def _ejections(limits: Thresholds) -> list[dict]:
     ejections = f"sum by (instance, pool) (increase({gateway.EJECTIONS.select(**F)}[5m]))"
     failures = ratio(gateway.HEALTH_CHECK_FAILURES.rate(RATE, **F), gateway.HEALTH_CHECKS.rate(RATE, **F),
                      ("instance", "pool"))
@@ -130,7 +130,7 @@ def _ejections(limits: Limits) -> list[dict]:
     ]
 
 
-def build(config: Config, limits: Limits) -> dict:
+def build(config: Config, limits: Thresholds) -> dict:
     rows = [("Now", _now(limits)), ("Breaker: p99 against peers", _latency(limits)),
             ("Retries and timeouts", _retries(limits)), ("Ejections, health checks, flapping, cold starts",
                                                          _ejections(limits))]

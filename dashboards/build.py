@@ -38,7 +38,7 @@ def dashboard_json(dashboard: dict) -> dict:
 
 
 def all_dashboards(config: Config) -> list[dict]:
-    """Every dashboard as JSON; raises AlertsConfigError for thresholds that make no sense."""
+    """Every dashboard as JSON; raises ThresholdsError for thresholds that make no sense."""
     limits = thresholds_from_config(config)
     return [dashboard_json(build(config, limits)) for build in BUILDERS]
 

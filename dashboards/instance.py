@@ -10,7 +10,6 @@ slowest traces.
 from __future__ import annotations
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits
 from infersight.alerts.promql import ratio
 from infersight.config import Config
 from infersight.dashboards import traces
@@ -31,6 +30,7 @@ from infersight.dashboards.panels import (
     variable,
 )
 from infersight.signals import engine, gateway, gpu, request
+from infersight.thresholds import Thresholds
 
 UID = "infersight-instance"
 I = {"instance": "=~$instance"}  # noqa: E741 - the one matcher of this dashboard
@@ -51,7 +51,7 @@ def slowest_traces() -> dict:
                 "The Traces dashboard narrowed to this instance: its slowest requests and stalls.")
 
 
-def _now(limits: Limits) -> list[dict]:
+def _now(limits: Thresholds) -> list[dict]:
     p99 = recorded(rec.TTFT_P99_BY_INSTANCE, I)
     return [
         stat("Gateway state", "none", [Q(f"{gateway.INSTANCE_STATE.select(**I)} == 1", "{{state}}")],
@@ -76,7 +76,7 @@ def _now(limits: Limits) -> list[dict]:
     ]
 
 
-def _load(limits: Limits) -> list[dict]:
+def _load(limits: Thresholds) -> list[dict]:
     return [
         timeseries("Running and waiting", "short",
                    [Q(f"sum({engine.REQUESTS_RUNNING.select(**I)})", "running"),
@@ -98,7 +98,7 @@ def _load(limits: Limits) -> list[dict]:
     ]
 
 
-def _cache(limits: Limits) -> list[dict]:
+def _cache(limits: Thresholds) -> list[dict]:
     return [
         timeseries("KV cache usage", "percentunit", [Q(f"max({engine.KV_CACHE_USAGE.select(**I)})", "kv")],
                    line=Line(limits.kv_usage_near_full), max_value=1, description="Share of KV blocks in use.",
@@ -114,7 +114,7 @@ def _cache(limits: Limits) -> list[dict]:
     ]
 
 
-def _latency(config: Config, limits: Limits) -> list[dict]:
+def _latency(config: Config, limits: Thresholds) -> list[dict]:
     ttft = quantiles(request.TTFT, (), I)
     itl = quantiles(engine.INTER_TOKEN, (), I, "engine ITL", qs=(0.5, 0.95))
     tpot = [Q(request.TPOT.quantile(0.95, (), RATE, **I), "p95 TPOT (requests)")]
@@ -134,7 +134,7 @@ def _latency(config: Config, limits: Limits) -> list[dict]:
     ]
 
 
-def _gpus(limits: Limits) -> list[dict]:
+def _gpus(limits: Thresholds) -> list[dict]:
     return [
         timeseries("Its GPUs: memory bandwidth", "percentunit",
                    [Q(on_its_gpus(gpu.MEMORY_BANDWIDTH_UTILIZATION), DEVICE)],
@@ -151,7 +151,7 @@ def _gpus(limits: Limits) -> list[dict]:
     ]
 
 
-def _breaker(limits: Limits) -> list[dict]:
+def _breaker(limits: Thresholds) -> list[dict]:
     own = recorded(rec.ENGINE_TTFT_P99_BY_INSTANCE, I)
     seen = recorded(rec.TTFT_P99_BY_INSTANCE, I)
     k = limits.instance_p99_peer_factor
@@ -176,7 +176,7 @@ def _breaker(limits: Limits) -> list[dict]:
     ]
 
 
-def build(config: Config, limits: Limits) -> dict:
+def build(config: Config, limits: Thresholds) -> dict:
     rows = [("Now", _now(limits)), ("Queue and load", _load(limits)), ("KV and prefix cache", _cache(limits)),
             ("Latency", _latency(config, limits)), ("Its GPUs", _gpus(limits)),
             ("Breaker and ejections", _breaker(limits))]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from infersight.alerts.limits import Limits
 from infersight.alerts.model import Alert
 from infersight.alerts.rules import circuit_breaker, gpu, overload, pipeline, saturation, scale_out, slo
+from infersight.thresholds import Thresholds
 
 # One rule file per entry, in this order.
 MODULES = {
@@ -18,11 +18,11 @@ MODULES = {
 }
 
 
-def alerts_by_file(limits: Limits) -> dict[str, list[Alert]]:
+def alerts_by_file(limits: Thresholds) -> dict[str, list[Alert]]:
     return {name: module.alerts(limits) for name, module in MODULES.items()}
 
 
-def all_alerts(limits: Limits) -> list[Alert]:
+def all_alerts(limits: Thresholds) -> list[Alert]:
     return [alert for group in alerts_by_file(limits).values() for alert in group]
 
 

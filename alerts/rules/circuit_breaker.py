@@ -9,9 +9,8 @@ import math
 from collections.abc import Sequence
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Series, Severity, SignalClass
-from infersight.alerts.promql import events, younger_than
+from infersight.alerts.promql import events, num, younger_than
 from infersight.alerts.rules.common import (
     INSTANCE,
     MODEL,
@@ -27,6 +26,7 @@ from infersight.alerts.rules.common import (
 )
 from infersight.alerts.series import counter, gauge, histogram, observations_near, quantile, steps
 from infersight.signals import engine, gateway, request
+from infersight.thresholds import Thresholds
 
 SIGNAL = SignalClass.CIRCUIT_BREAKER
 ON_INSTANCE = "on (model, instance, pool)"
@@ -66,7 +66,7 @@ def _spread(centre: float, n: int) -> list[float]:
     return [centre * (1 + 0.2 * math.sin(i * 2.399)) for i in range(n)]
 
 
-def instance_p99_high(limits: Limits) -> Alert:
+def instance_p99_high(limits: Thresholds) -> Alert:
     floor, k = limits.instance_p99_ttft_seconds, limits.instance_p99_peer_factor
     own, median = rec.ENGINE_TTFT_P99_BY_INSTANCE, rec.ENGINE_TTFT_P99_POOL_MEDIAN
     # Peers' own p99 TTFT on a healthy day: about a second (prefill of long prompts at the tail).
@@ -118,7 +118,7 @@ def instance_p99_high(limits: Limits) -> Alert:
     )
 
 
-def retry_storm(limits: Limits) -> Alert:
+def retry_storm(limits: Thresholds) -> Alert:
     t = limits.retry_ratio
     # The incident: clients retry 0.8 times per original request (every retry is a new request),
     # and the gateway re-attempts about 0.089 per request on top; 1000 original requests a minute.
@@ -182,7 +182,7 @@ def _pool(size: int, *, model: str = MODEL, pool: str = POOL, ejected: Sequence[
     return series
 
 
-def ejection_cascade(limits: Limits) -> Alert:
+def ejection_cascade(limits: Thresholds) -> Alert:
     share = limits.ejection_share
     size, at = 24, 22
     cascade_n = math.ceil(share * size - 1e-9)  # the incident: 8 of 24 (a third) ejected in a minute
@@ -216,7 +216,7 @@ def ejection_cascade(limits: Limits) -> Alert:
     )
 
 
-def flapping(limits: Limits) -> Alert:
+def flapping(limits: Thresholds) -> Alert:
     t = limits.flaps_per_15m
     labels = instance_labels(INSTANCE)
 
@@ -248,7 +248,7 @@ def flapping(limits: Limits) -> Alert:
     )
 
 
-def _cold_start_pool(limits: Limits, joined_s: float, at: int, minutes: int) -> tuple[list[Series], list, float]:
+def _cold_start_pool(limits: Thresholds, joined_s: float, at: int, minutes: int) -> tuple[list[Series], list, float]:
     """The incident: 8 new instances join a pool of 16, each slow and cache-cold, get ejected once and
     come back. Returns the series, the labels of the new instances and their p95 TTFT."""
     buckets = request.TTFT.buckets
@@ -286,7 +286,7 @@ def _cold_start_pool(limits: Limits, joined_s: float, at: int, minutes: int) -> 
     return series, new, p95
 
 
-def cold_start_thrash(limits: Limits) -> Alert:
+def cold_start_thrash(limits: Thresholds) -> Alert:
     window_s = round(limits.cold_start_minutes * 60)
     slow_bar = limits.ttft_p95_target_seconds
     at = math.ceil(limits.cold_start_minutes) + 10
@@ -317,6 +317,6 @@ def cold_start_thrash(limits: Limits) -> Alert:
     )
 
 
-def alerts(limits: Limits) -> list[Alert]:
+def alerts(limits: Thresholds) -> list[Alert]:
     return [instance_p99_high(limits), retry_storm(limits), ejection_cascade(limits), flapping(limits),
             cold_start_thrash(limits)]

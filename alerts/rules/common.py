@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infersight.alerts.limits import num
+from infersight.alerts.promql import num
 
 # Labels of the made-up fleet the promtool cases describe.
 MODEL = "m1"

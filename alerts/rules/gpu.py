@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Series, Severity, SignalClass
-from infersight.alerts.promql import events
+from infersight.alerts.promql import events, num
 from infersight.alerts.rules.common import gpu_labels, lab, require, val
 from infersight.alerts.series import gauge, steps
 from infersight.signals import gpu
+from infersight.thresholds import Thresholds
 
 SIGNAL = SignalClass.GPU
 # XIDs after which the GPU must be drained and reset (gpu.PAGING_XIDS): 48 double-bit ECC error,
@@ -20,7 +20,7 @@ THROTTLE_REASONS = ("hw_thermal", "sw_thermal", "hw_power_brake", "hw_slowdown")
 DEVICE = gpu.DEVICE_LABELS
 
 
-def xid_errors(limits: Limits) -> list[Alert]:
+def xid_errors(limits: Thresholds) -> list[Alert]:
     critical_re = "|".join(CRITICAL_XIDS)
     by = ", ".join((*DEVICE, "xid"))
     # events(): the collector exposes the known codes at 0, but any other code appears at its first
@@ -54,7 +54,7 @@ def xid_errors(limits: Limits) -> list[Alert]:
     return [page, ticket]
 
 
-def throttled(limits: Limits) -> Alert:
+def throttled(limits: Thresholds) -> Alert:
     reasons = "|".join(THROTTLE_REASONS)
 
     def events(thermal_minutes: int):
@@ -79,7 +79,7 @@ def throttled(limits: Limits) -> Alert:
     )
 
 
-def temperature(limits: Limits) -> Alert:
+def temperature(limits: Thresholds) -> Alert:
     t = limits.gpu_temperature_celsius
     hot, near = t + 1, t - 1
     require(hot > t > near, "temperatures must straddle the threshold")
@@ -98,7 +98,7 @@ def temperature(limits: Limits) -> Alert:
     )
 
 
-def uncorrectable_ecc(limits: Limits) -> Alert:
+def uncorrectable_ecc(limits: Thresholds) -> Alert:
     def ecc(kind: str, jump_at: int):
         return [steps(gpu.ECC_ERRORS, gpu_labels(type=kind), 20, [jump_at])]
 
@@ -118,7 +118,7 @@ def uncorrectable_ecc(limits: Limits) -> Alert:
     )
 
 
-def gpu_down(limits: Limits) -> Alert:
+def gpu_down(limits: Thresholds) -> Alert:
     def up(down_minutes: int):
         return [gauge(gpu.UP, gpu_labels(), [(1, 20 - down_minutes), (0, down_minutes)])]
 
@@ -138,5 +138,5 @@ def gpu_down(limits: Limits) -> Alert:
     )
 
 
-def alerts(limits: Limits) -> list[Alert]:
+def alerts(limits: Thresholds) -> list[Alert]:
     return [*xid_errors(limits), throttled(limits), temperature(limits), uncorrectable_ecc(limits), gpu_down(limits)]

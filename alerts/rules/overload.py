@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
+from infersight.alerts.promql import num
 from infersight.alerts.rules.common import (
     INSTANCE,
     MODEL,
@@ -21,16 +21,17 @@ from infersight.alerts.rules.common import (
 )
 from infersight.alerts.series import counter, gauge
 from infersight.signals import engine, request
+from infersight.thresholds import Thresholds
 
 SIGNAL = SignalClass.OVERLOAD
 
 
-def _drain_note(limits: Limits) -> str:
+def _drain_note(limits: Thresholds) -> str:
     return (f"twice the {limits.requests_per_instance} concurrent requests one instance serves at "
             f"{num(limits.target_tokens_per_s)} tok/s (capacity model)")
 
 
-def instance_overloaded(limits: Limits) -> Alert:
+def instance_overloaded(limits: Thresholds) -> Alert:
     limit = limits.instance_queue_limit
     over, near = limit + 2, math.floor(0.95 * limit)
     require(over > limit > near, "queues must straddle the limit")
@@ -56,7 +57,7 @@ def instance_overloaded(limits: Limits) -> Alert:
     )
 
 
-def fleet_overloaded(limits: Limits) -> Alert:
+def fleet_overloaded(limits: Thresholds) -> Alert:
     limit = limits.instance_queue_limit
     over, near = limit + 2, math.floor(0.95 * limit)
 
@@ -79,7 +80,7 @@ def fleet_overloaded(limits: Limits) -> Alert:
     )
 
 
-def rejections(limits: Limits) -> Alert:
+def rejections(limits: Thresholds) -> Alert:
     t = limits.rejection_ratio
     per_minute = 1000
     high, near = math.floor(t * per_minute) + 5, round(0.9 * t * per_minute)
@@ -106,5 +107,5 @@ def rejections(limits: Limits) -> Alert:
     )
 
 
-def alerts(limits: Limits) -> list[Alert]:
+def alerts(limits: Thresholds) -> list[Alert]:
     return [instance_overloaded(limits), fleet_overloaded(limits), rejections(limits)]

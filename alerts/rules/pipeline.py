@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Series, Severity, SignalClass
+from infersight.alerts.promql import num
 from infersight.alerts.rules.common import INSTANCE, PCT, lab, pct, require, val
 from infersight.alerts.series import counter, gauge, ramp
 from infersight.signals import engine, pipeline, request
-from infersight.thresholds import SCRAPE_UP
+from infersight.thresholds import SCRAPE_UP, Thresholds
 
 SIGNAL = SignalClass.PIPELINE
 MIB = 1024 * 1024
@@ -18,7 +18,7 @@ MIB = 1024 * 1024
 # metric name typed here.
 
 
-def spool_growing(limits: Limits) -> Alert:
+def spool_growing(limits: Thresholds) -> Alert:
     return Alert(
         name="InfersightSpoolGrowing",
         expr=f"{pipeline.SPOOL_BYTES.select()} > 0 and deriv({pipeline.SPOOL_BYTES.select()}[15m]) > 0",
@@ -37,7 +37,7 @@ def spool_growing(limits: Limits) -> Alert:
     )
 
 
-def spans_dropped(limits: Limits) -> Alert:
+def spans_dropped(limits: Thresholds) -> Alert:
     labels = {"service": "gateway"}
     return Alert(
         name="InfersightSpansDropped",
@@ -56,7 +56,7 @@ def spans_dropped(limits: Limits) -> Alert:
     )
 
 
-def _refused_share(limits: Limits, *, name: str, refused, total, by: str, labels: dict[str, str],
+def _refused_share(limits: Thresholds, *, name: str, refused, total, by: str, labels: dict[str, str],
                    traffic: Callable[[int, int], list[Series]], summary: str, description: str) -> Alert:
     """Share of what a receiver gets that it refuses, per protocol and reason, over the threshold.
 
@@ -82,7 +82,7 @@ def _refused_share(limits: Limits, *, name: str, refused, total, by: str, labels
     )
 
 
-def spans_rejected(limits: Limits) -> Alert:
+def spans_rejected(limits: Thresholds) -> Alert:
     labels = {"protocol": "grpc", "reason": "invalid_id"}
     return _refused_share(
         limits, name="InfersightSpansRejected", by="reason", labels=labels,
@@ -95,7 +95,7 @@ def spans_rejected(limits: Limits) -> Alert:
                      "means a broken client."))
 
 
-def export_requests_refused(limits: Limits) -> Alert:
+def export_requests_refused(limits: Thresholds) -> Alert:
     """Whole export requests refused before any span is counted (malformed, too large, unauthorized...)."""
     labels = {"protocol": "http", "outcome": "malformed"}
     ok = {"protocol": "http", "outcome": "ok"}
@@ -110,7 +110,7 @@ def export_requests_refused(limits: Limits) -> Alert:
                      "misconfigured client; queue_full or unavailable means overload."))
 
 
-def exporter_down(limits: Limits) -> Alert:
+def exporter_down(limits: Thresholds) -> Alert:
     def up(job: str, value: int, instance: str = "n1:9835") -> Series:
         return Series(f'{SCRAPE_UP}{{job="{job}",instance="{instance}"}}', f"{value}x20")
 
@@ -132,7 +132,7 @@ def exporter_down(limits: Limits) -> Alert:
     )
 
 
-def engine_target_down(limits: Limits) -> Alert:
+def engine_target_down(limits: Thresholds) -> Alert:
     labels = {"instance": INSTANCE, "engine": "vllm"}
     return Alert(
         name="InfersightEngineTargetDown",
@@ -150,7 +150,7 @@ def engine_target_down(limits: Limits) -> Alert:
     )
 
 
-def alerts(limits: Limits) -> list[Alert]:
+def alerts(limits: Thresholds) -> list[Alert]:
     return [spool_growing(limits), spans_dropped(limits), spans_rejected(limits), export_requests_refused(limits),
             exporter_down(limits),
             engine_target_down(limits)]

@@ -8,8 +8,8 @@ not bigger batches.
 from __future__ import annotations
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
+from infersight.alerts.promql import num
 from infersight.alerts.rules.common import (
     INSTANCE,
     MODEL,
@@ -24,11 +24,12 @@ from infersight.alerts.rules.common import (
 )
 from infersight.alerts.series import counter, gauge, ramp
 from infersight.signals import engine, gateway, gpu
+from infersight.thresholds import Thresholds
 
 ON_INSTANCE = "on (model, pool, instance)"
 
 
-def bandwidth_saturated(limits: Limits) -> Alert:
+def bandwidth_saturated(limits: Thresholds) -> Alert:
     t, low = limits.bandwidth_saturation, limits.compute_low
     full, near = round(min(t + 0.02, (1 + t) / 2), 4), round(t - 0.01, 4)
     require(full > t > near > 0, "bandwidth values must straddle the threshold")
@@ -71,7 +72,7 @@ def bandwidth_saturated(limits: Limits) -> Alert:
     )
 
 
-def kv_cache_near_full(limits: Limits) -> Alert:
+def kv_cache_near_full(limits: Thresholds) -> Alert:
     t = limits.kv_usage_near_full
     full, near = round(min(t + 0.02, (1 + t) / 2), 4), round(t - 0.01, 4)
     require(full > t > near > 0, "KV usage values must straddle the threshold")
@@ -100,7 +101,7 @@ def kv_cache_near_full(limits: Limits) -> Alert:
     )
 
 
-def prefix_hit_collapse(limits: Limits) -> Alert:
+def prefix_hit_collapse(limits: Thresholds) -> Alert:
     share = limits.prefix_hit_collapse
     queries, baseline_hits = 1000, 800
     collapsed = round(baseline_hits * share * 0.2)
@@ -130,5 +131,5 @@ def prefix_hit_collapse(limits: Limits) -> Alert:
     )
 
 
-def alerts(limits: Limits) -> list[Alert]:
+def alerts(limits: Thresholds) -> list[Alert]:
     return [bandwidth_saturated(limits), kv_cache_near_full(limits), prefix_hit_collapse(limits)]

@@ -5,17 +5,18 @@ from __future__ import annotations
 import math
 
 from infersight.alerts import recording as rec
-from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
+from infersight.alerts.promql import num
 from infersight.alerts.rules.common import MODEL, POOL, instance_labels, lab, pct, request_labels, require, val
 from infersight.alerts.series import gauge, histogram, observations_near, quantile, ramp
 from infersight.signals import gateway, request
+from infersight.thresholds import Thresholds
 
 SIGNAL = SignalClass.SCALE_OUT
 RISING_HORIZON_S = 3600  # how far ahead LLMTTFTNearSLORising projects the 30-minute p95
 
 
-def gateway_queue_high(limits: Limits) -> Alert:
+def gateway_queue_high(limits: Thresholds) -> Alert:
     t = limits.gateway_queue_depth
     labels = {"model": MODEL, "pool": POOL}
 
@@ -58,7 +59,7 @@ def diurnal_p95(minute: int) -> float:
     return min(0.8, max(0.5, swing + noise))
 
 
-def ttft_near_slo_rising(limits: Limits) -> Alert:
+def ttft_near_slo_rising(limits: Thresholds) -> Alert:
     target = limits.ttft_p95_target_seconds
     bar = limits.rising_ttft_bar_seconds
     buckets = request.TTFT.buckets
@@ -116,7 +117,7 @@ def morning_ramp(minute: int) -> float:
     return min(peak, level + wander)
 
 
-def demand_forecast(limits: Limits) -> Alert:
+def demand_forecast(limits: Thresholds) -> Alert:
     per_instance = limits.requests_per_instance
     horizon_s = round(limits.forecast_hours * 3600)
     share = limits.forecast_min_demand_share
@@ -172,6 +173,6 @@ def demand_forecast(limits: Limits) -> Alert:
     )
 
 
-def alerts(limits: Limits) -> list[Alert]:
+def alerts(limits: Thresholds) -> list[Alert]:
     return [gateway_queue_high(limits), ttft_near_slo_rising(limits), demand_forecast(limits)]
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from infersight.alerts.limits import Limits, num
 from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
+from infersight.alerts.promql import num
 from infersight.alerts.recording import slo_errors_name
 from infersight.alerts.rules.common import MODEL, lab, request_labels, require, val
 from infersight.alerts.series import histogram
 from infersight.signals import request
+from infersight.thresholds import Thresholds
 
 NAME = "LLMTTFTErrorBudgetBurn"
 
@@ -29,7 +30,7 @@ def _expr(windows, budget: float) -> str:
     return "(\n  " + "\nor\n  ".join(branches) + f"\n) / {num(budget)}"
 
 
-def _traffic(limits: Limits, burn: float, minutes: int):
+def _traffic(limits: Thresholds, burn: float, minutes: int):
     """1000 requests a minute, ``burn`` x budget of them slower than the SLO."""
     per_minute = 1000
     bad = round(burn * limits.error_budget * per_minute)
@@ -40,7 +41,7 @@ def _traffic(limits: Limits, burn: float, minutes: int):
     return histogram(request.TTFT, request_labels(), [(observations, minutes)]), bad / per_minute / limits.error_budget
 
 
-def alerts(limits: Limits) -> list[Alert]:
+def alerts(limits: Thresholds) -> list[Alert]:
     b = limits.error_budget
     objective = f"{num((1 - b) * 100)}% within {num(limits.ttft_slo_seconds)}s"
     common = dict(name=NAME, signal=SignalClass.SLO,

@@ -15,12 +15,12 @@ import yaml
 
 from infersight.alerts import tools
 from infersight.alerts.build import build
-from infersight.alerts.limits import limits_from_config
 from infersight.alerts.model import Alert, Expected, Series
 from infersight.alerts.promtests import expected_alert
 from infersight.alerts.rules import all_alerts
 from infersight.config import parse_config
 from infersight.signals.catalog import Signal
+from infersight.thresholds import thresholds_from_config
 
 SourceSeries = tuple[Signal, Sequence[str], float]
 
@@ -40,7 +40,7 @@ def input_series(minutes: Sequence[Iterable[SourceSeries]]) -> list[Series]:
 
 
 def alert(name: str, severity: str | None = None) -> Alert:
-    limits = limits_from_config(parse_config({}))
+    limits = thresholds_from_config(parse_config({}))
     found = [a for a in all_alerts(limits) if a.name == name and (severity is None or a.severity == severity)]
     assert len(found) == 1, f"{name} [{severity}]: {len(found)} rules"
     return found[0]
@@ -49,7 +49,7 @@ def alert(name: str, severity: str | None = None) -> Alert:
 def run_cases(tmp_path: Path, cases: Sequence[tuple[str, Alert, Sequence[Series], int, Sequence[Expected]]]):
     """Run promtool over the default rules with these cases: (name, alert, series, eval minute, fires)."""
     config = parse_config({})
-    limits = limits_from_config(config)
+    limits = thresholds_from_config(config)
     built = build(config, tmp_path / "alerts")
     tests = [{
         "name": name,

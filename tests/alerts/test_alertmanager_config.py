@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from infersight.alerts import tools
-from infersight.alerts.limits import limits_from_config
 from infersight.alerts.rules import all_alerts
 from infersight.config import parse_config
+from infersight.thresholds import thresholds_from_config
 from tests.alerts.conftest import PAGERDUTY_KEY, SLACK_URL
 from tests.conftest import require_tool
 
@@ -42,7 +42,7 @@ def test_routes_by_signal_and_severity(custom_build, signal, severity):
 def test_every_generated_alert_routes_as_its_labels_say(default_build):
     """Without secret files, pages and warnings fall back to the ticket webhook; automation still runs."""
     require_tool("amtool")
-    limits = limits_from_config(parse_config({}))
+    limits = thresholds_from_config(parse_config({}))
     seen = set()
     for alert in all_alerts(limits):
         key = (alert.signal.value, alert.severity.value)
@@ -71,7 +71,7 @@ def test_secrets_are_referenced_by_file_never_written(custom_build):
 
 def test_inhibitions_name_existing_alerts(default_build):
     config = yaml.safe_load(default_build.alertmanager.read_text())
-    names = {a.name for a in all_alerts(limits_from_config(parse_config({})))}
+    names = {a.name for a in all_alerts(thresholds_from_config(parse_config({})))}
     for rule in config["inhibit_rules"]:
         for matcher in rule["source_matchers"] + rule["target_matchers"]:
             label, _, value = matcher.partition("=")
@@ -84,7 +84,7 @@ def test_cold_start_thrash_and_cascade_route_apart(custom_build):
     """Cold start vs cascade: the thrash tickets the gateway webhook and Slack (slow-start the new
     instances); the cascade pages. A cascade silences per-instance latency only in its own pool."""
     require_tool("amtool")
-    limits = limits_from_config(parse_config({}))
+    limits = thresholds_from_config(parse_config({}))
     alerts = {a.name: a for a in all_alerts(limits)}
     labels = {"cluster": "prod-eu", "model": "m1", "pool": "stable"}
     thrash = {**alerts["LLMColdStartThrash"].static_labels("prod-eu"), **labels, "instance": "10.0.1.17:8000",

@@ -9,7 +9,6 @@ import pytest
 
 from infersight.alerts import templates
 from infersight.alerts.build import render_all
-from infersight.alerts.limits import AlertsConfigError, limits_from_config
 from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
 from infersight.alerts.promtests import test_file as make_test_file
 from infersight.alerts.recording import recording_rules
@@ -18,6 +17,7 @@ from infersight.alerts.series import histogram, le, observations_near, quantile
 from infersight.capacity import plan
 from infersight.config import ConfigError, parse_config
 from infersight.signals import CATALOG, request
+from infersight.thresholds import ThresholdsError, thresholds_from_config
 from tests.promql_names import metric_names
 
 RUNBOOKS = Path(__file__).resolve().parents[2] / "alerts" / "runbooks"
@@ -26,7 +26,7 @@ RECORD_NAME = re.compile(r"^[a-z_]*:[a-z0-9_]+:[a-z0-9_]+$")
 
 @pytest.fixture(scope="module")
 def limits():
-    return limits_from_config(parse_config({}))
+    return thresholds_from_config(parse_config({}))
 
 
 def test_every_series_a_rule_reads_is_produced(limits):
@@ -53,7 +53,7 @@ def test_recording_rule_names_follow_level_metric_operations(limits):
 
 
 def test_slo_errors_count_the_bucket_at_the_slo_bound():
-    custom = limits_from_config(parse_config({"slo": {"ttft_seconds": 0.5}}))
+    custom = thresholds_from_config(parse_config({"slo": {"ttft_seconds": 0.5}}))
     slo_rules = [r for r in recording_rules(custom) if "slo_errors" in r.record]
     assert len(slo_rules) == 7
     assert all(f'le="{le(0.5)}"' in r.expr for r in slo_rules)
@@ -88,7 +88,7 @@ def _file_of(alert: Alert) -> str:
     from infersight.alerts.rules import MODULES
 
     return next(name for name, module in MODULES.items() if alert.name in {a.name for a in module.alerts(
-        limits_from_config(parse_config({})))})
+        thresholds_from_config(parse_config({})))})
 
 
 def test_thresholds_follow_config_and_capacity_model():
@@ -97,12 +97,12 @@ def test_thresholds_follow_config_and_capacity_model():
     cap = config.capacity
     per_instance = plan(cap.model, cap.gpu_spec(), context_tokens=cap.context_tokens,
                         target_tokens_per_s=30).max_concurrent_requests_at_target
-    alerts = {a.name: a for a in all_alerts(limits_from_config(config))}
+    alerts = {a.name: a for a in all_alerts(thresholds_from_config(config))}
     assert alerts["LLMInstanceOverloaded"].expr.endswith(f"> {2 * per_instance}")
     assert f"* {per_instance})" in alerts["LLMDemandForecastOverCapacity"].expr
     assert alerts["LLMGatewayQueueHigh"].expr.endswith("> 80")
     assert alerts["LLMRetryStorm"].static_labels("eu")["cluster"] == "eu"
-    page = next(a for a in all_alerts(limits_from_config(config)) if a.severity is Severity.CRITICAL
+    page = next(a for a in all_alerts(thresholds_from_config(config)) if a.severity is Severity.CRITICAL
                 and a.name == "LLMTTFTErrorBudgetBurn")
     assert "> 0.144" in page.expr and "> 0.06" in page.expr and page.expr.endswith("/ 0.01")
 
@@ -126,7 +126,7 @@ def test_half_open_label_on_the_instance_breaker(limits):
     ({"capacity": {"target_tokens_per_s": 400}}, ["serves no request", "capacity.target_tokens_per_s"]),
 ])
 def test_settings_that_break_alerts_are_refused(data, words, tmp_path):
-    with pytest.raises(AlertsConfigError) as err:
+    with pytest.raises(ThresholdsError) as err:
         render_all(parse_config(data))
     for word in words:
         assert word in str(err.value)

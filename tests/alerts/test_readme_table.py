@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from infersight.alerts.limits import limits_from_config
 from infersight.alerts.rules import all_alerts
 from infersight.config import Config, parse_config
+from infersight.thresholds import thresholds_from_config
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -44,7 +44,7 @@ def _config_keys() -> set[str]:
 
 
 def test_the_table_names_every_alert_once():
-    names = {a.name for a in all_alerts(limits_from_config(parse_config({})))}
+    names = {a.name for a in all_alerts(thresholds_from_config(parse_config({})))}
     listed, prefixes = [], []
     for alert_cell, _catches, fires in _rows():
         assert fires, alert_cell

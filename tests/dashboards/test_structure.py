@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infersight.alerts.limits import limits_from_config
 from infersight.alerts.recording import level_labels, recording_rules
 from infersight.config import parse_config
 from infersight.dashboards import build as dashboards_build
@@ -28,7 +27,7 @@ from infersight.dashboards.datasources import (
 )
 from infersight.dashboards.panels import SCHEMA_VERSION
 from infersight.signals import CATALOG
-from infersight.thresholds import SCRAPE_UP
+from infersight.thresholds import SCRAPE_UP, thresholds_from_config
 from tests.dashboards.boards import panels, prometheus_variables, promql, queries, sql
 from tests.promql_names import metric_names
 
@@ -169,7 +168,7 @@ def test_rows_have_titles_and_repeats_use_defined_variables(boards):
 
 def test_the_loop_is_closed_every_series_queried_is_produced(boards):
     """Each name a panel or variable queries is a catalog series, a recording rule of alerts/, or `up`."""
-    limits = limits_from_config(parse_config({}))
+    limits = thresholds_from_config(parse_config({}))
     recorded = {r.record for r in recording_rules(limits)}
     produced = {series for signal in CATALOG.values() for series in signal.series_names()}
     used = set().union(*(metric_names(q.text) for q in promql(boards)))
@@ -186,7 +185,7 @@ def test_the_loop_is_closed_every_series_queried_is_produced(boards):
 
 def test_no_metric_name_typed_in_the_dashboard_code():
     names = {series for signal in CATALOG.values() for series in signal.series_names()}
-    names |= {r.record for r in recording_rules(limits_from_config(parse_config({})))}
+    names |= {r.record for r in recording_rules(thresholds_from_config(parse_config({})))}
     for source in DASHBOARDS_SOURCE.glob("*.py"):
         text = source.read_text()
         # `limits.gpu_temperature_celsius` is a config attribute, not a metric: skip attribute access
@@ -260,7 +259,7 @@ def test_every_series_follows_the_dashboard_selection(boards):
     """A series that carries a dashboard variable's label is narrowed by it, recording rules included
     (their level names the labels they keep): a panel that ignores $model shows every model's figure."""
     labels = {series: set(signal.labels) for signal in CATALOG.values() for series in signal.series_names()}
-    labels |= {r.record: set(level_labels(r.record)) for r in recording_rules(limits_from_config(parse_config({})))}
+    labels |= {r.record: set(level_labels(r.record)) for r in recording_rules(thresholds_from_config(parse_config({})))}
     checked, ignoring = 0, []
     for board in boards:
         chosen = {v["name"] for v in prometheus_variables(board)}
