@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from infersight.alerts import recording as rec
 from infersight.alerts.rules.common import MODEL, NODE, POOL, engine_labels, gpu_labels, instance_labels, request_labels
 from infersight.alerts.series import absent_until_first_event, counter, gauge, histogram, steps
+from infersight.attributes import Outcome
 from infersight.signals import Signal, engine, gateway, gpu, request
 from infersight.thresholds import BURN_WINDOWS, Thresholds
 
@@ -133,8 +134,8 @@ def recording_test_file(limits: Thresholds, recording_rule_file: str) -> dict:
                   "exp_samples": [_sample(rec.EJECTED_SHARE, model_pool, 0)]})
 
     # ratios of rates, 0.25 each
-    series += [_rate(request.REQUESTS, request_labels(outcome="success"), 45),
-               _rate(request.REQUESTS, request_labels(outcome="rejected"), 15),
+    series += [_rate(request.REQUESTS, request_labels(outcome=Outcome.SUCCESS), 45),
+               _rate(request.REQUESTS, request_labels(outcome=Outcome.REJECTED), 15),
                _rate(request.REJECTIONS, request_labels(reason="queue_full"), 15),
                _rate(request.RETRIES, request_labels(), 10),  # with the client retries below: 0.25
                _rate(request.CLIENT_RETRIES, request_labels(), 5),

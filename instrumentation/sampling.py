@@ -40,7 +40,7 @@ NOT_KEPT = SamplingReason.NOT_KEPT
 REASONS = tuple(SamplingReason)
 
 # Outcomes that always keep their timeline, and the reason they give.
-_OUTCOME_REASONS = {Outcome.ERROR: ERROR, Outcome.TIMEOUT: TIMEOUT, Outcome.CANCELLED: CANCELLED}
+OUTCOME_REASONS = {Outcome.ERROR: ERROR, Outcome.TIMEOUT: TIMEOUT, Outcome.CANCELLED: CANCELLED}
 # Reasons that override a head-sampling drop (a random pick does not: it would undo the head ratio).
 OVERRIDES_HEAD = frozenset({SLOW_TTFT, SLOW_E2E, ERROR, CANCELLED, TIMEOUT})
 
@@ -196,7 +196,7 @@ class TailSampler:
             return self._decide(model, outcome, ttft_s, e2e_s)
 
     def _decide(self, model: str, outcome: str, ttft_s: float | None, e2e_s: float) -> str:
-        reason = _OUTCOME_REASONS.get(outcome)
+        reason = OUTCOME_REASONS.get(outcome)
         ttft_estimator, e2e_estimator = self._estimators(model)
         if reason is None and outcome == Outcome.SUCCESS:
             if ttft_s is not None and ttft_estimator.observations >= self.min_samples \

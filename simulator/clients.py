@@ -15,9 +15,10 @@ import random
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infersight.attributes import Outcome
 from infersight.simulator.request import SimRequest
 
-RETRYABLE = ("rejected", "error", "timeout")
+RETRYABLE = (Outcome.REJECTED, Outcome.ERROR, Outcome.TIMEOUT)
 
 
 class Backoff(enum.StrEnum):
@@ -52,7 +53,7 @@ class Clients:
         base = min(p.max_backoff_s, p.initial_backoff_s * 2 ** attempt)
         return base * (1 - 0.25 * self.rng.random())
 
-    def done(self, req: SimRequest, outcome: str, now: float) -> None:
+    def done(self, req: SimRequest, outcome: Outcome, now: float) -> None:
         if outcome not in RETRYABLE or req.client_attempt >= self.policy.max_retries:
             return
         at = now + self.delay(req.client_attempt)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infersight.attributes import Outcome, TimeoutKind
 from infersight.simulator.engine import SimEngine
 from infersight.simulator.gateway_metrics import GatewayMetrics
 from infersight.simulator.request import SimRequest
@@ -132,7 +133,7 @@ class Gateway:
         if not pool.queue and self._route(req, pool, now):
             return
         if len(pool.queue) >= self.policy.queue_limit:
-            self._end(req, "rejected", now, rejection_reason="queue_full")
+            self._end(req, Outcome.REJECTED, now, rejection_reason="queue_full")
             return
         req.queued_at = now
         self.metrics.queued(req)
@@ -182,7 +183,7 @@ class Gateway:
             pool = self.pool_of_request(req)
             if self._route(req, pool, now, exclude=req.instance):
                 return
-        self._end(req, "error", now)
+        self._end(req, Outcome.ERROR, now)
 
     def engine_lost(self, lost: list[SimRequest], now: float) -> None:
         for req in lost:
@@ -195,9 +196,9 @@ class Gateway:
         self.in_flight[req.instance] -= 1
         now = req.done_at + req.extra_latency
         ttft = req.first_token - req.arrival + req.extra_latency
-        self._end(req, "success", now, ttft_s=ttft, tokens=req.draw.output_tokens, gap_s=req.step_s)
+        self._end(req, Outcome.SUCCESS, now, ttft_s=ttft, tokens=req.draw.output_tokens, gap_s=req.step_s)
 
-    def _end(self, req: SimRequest, outcome: str, now: float, **kw) -> None:
+    def _end(self, req: SimRequest, outcome: Outcome, now: float, **kw) -> None:
         self._active.pop(req.id, None)
         self.metrics.ended(req, outcome, now, **kw)
         self.done(req, outcome, now)
@@ -234,11 +235,11 @@ class Gateway:
             self.in_flight[req.instance] -= 1
             req.fail_at = None
         started = req.first_token is not None and req.first_token + req.extra_latency <= now
-        kind = "total" if started else "ttft"
+        kind = TimeoutKind.TOTAL if started else TimeoutKind.TTFT
         tokens = 0
         if started:
             tokens = max(1, int((now - req.first_token) / max(req.step_s, 1e-3)))
-        self._end(req, "timeout", now, ttft_s=(req.first_token - req.arrival) if started else None,
+        self._end(req, Outcome.TIMEOUT, now, ttft_s=(req.first_token - req.arrival) if started else None,
                   tokens=min(tokens, req.draw.output_tokens), gap_s=req.step_s, timeout_kind=kind)
 
     def _probe(self, engine: SimEngine, now: float) -> bool:

@@ -20,10 +20,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from infersight.attributes import Outcome, TimeoutKind
 from infersight.config import Tracing
 from infersight.instrumentation.health import GatewayHealth
-from infersight.instrumentation.sampling import _OUTCOME_REASONS as OUTCOME_REASONS
-from infersight.instrumentation.sampling import NOT_KEPT, RANDOM
+from infersight.instrumentation.sampling import NOT_KEPT, OUTCOME_REASONS, RANDOM
 from infersight.signals import gateway, request
 from infersight.simulator.histogram import CountingHistogram
 from infersight.simulator.request import SimRequest
@@ -117,9 +117,9 @@ class GatewayMetrics:
         self.rng = random.Random(seed)
         # Told about every request as it ends, with what ``ended`` got (the real-time demo replays
         # each one through the real RequestTracer from here).
-        self.on_end: Callable[[SimRequest, str, float, dict[str, Any]], None] | None = None
+        self.on_end: Callable[[SimRequest, Outcome, float, dict[str, Any]], None] | None = None
 
-    def _sampling_reason(self, outcome: str) -> str:
+    def _sampling_reason(self, outcome: Outcome) -> str:
         """The tail sampler's reason without its rolling p99 (virtual time keeps no timelines).
 
         Failures keep theirs and a random share is kept, as the sampler does; ``slow_ttft`` and
@@ -127,7 +127,7 @@ class GatewayMetrics:
         """
         if outcome in OUTCOME_REASONS:
             return OUTCOME_REASONS[outcome]
-        if outcome != "rejected" and self.rng.random() < RANDOM_SHARE:
+        if outcome != Outcome.REJECTED and self.rng.random() < RANDOM_SHARE:
             return RANDOM
         return NOT_KEPT
 
@@ -168,8 +168,8 @@ class GatewayMetrics:
         self.series.bundle(self._labels(req)).retries += 1
 
     # RequestContext._end(...)
-    def ended(self, req: SimRequest, outcome: str, now: float, *, ttft_s: float | None = None,
-              tokens: int = 0, gap_s: float = 0.0, timeout_kind: str | None = None,
+    def ended(self, req: SimRequest, outcome: Outcome, now: float, *, ttft_s: float | None = None,
+              tokens: int = 0, gap_s: float = 0.0, timeout_kind: TimeoutKind | None = None,
               rejection_reason: str | None = None) -> None:
         queued = req.queued_at is not None
         self._leave_queue(req, now)
@@ -180,7 +180,7 @@ class GatewayMetrics:
         b.outcomes[outcome] = b.outcomes.get(outcome, 0.0) + 1
         if req.client_attempt > 0:  # the SDK's retry header says so (x-stainless-retry-count)
             b.client_retries += 1
-        if outcome == "rejected":
+        if outcome == Outcome.REJECTED:
             b.rejections[rejection_reason] = b.rejections.get(rejection_reason, 0.0) + 1
         else:
             b.e2e.observe(e2e_s)
@@ -195,7 +195,7 @@ class GatewayMetrics:
             b.queue.observe(req.routed_at - req.queued_at)
         if timeout_kind is not None:
             b.timeouts[timeout_kind] = b.timeouts.get(timeout_kind, 0.0) + 1
-        if outcome == "success":  # usage arrives with the response
+        if outcome == Outcome.SUCCESS:  # usage arrives with the response
             b.input += req.draw.prompt_tokens
             b.cached += req.cached
         b.output += tokens

@@ -25,6 +25,7 @@ from infersight.alerts.rules.common import (
     val,
 )
 from infersight.alerts.series import counter, gauge, histogram, observations_near, quantile, steps
+from infersight.attributes import Outcome
 from infersight.signals import engine, gateway, request
 from infersight.thresholds import Thresholds
 
@@ -131,9 +132,9 @@ def retry_storm(limits: Thresholds) -> Alert:
         gateway_retries = round(gateway_per_request * total)
         healthy_client, healthy_gateway = 5, 10
         series = [
-            counter(request.REQUESTS, request_labels(outcome="success"),
+            counter(request.REQUESTS, request_labels(outcome=Outcome.SUCCESS),
                     [(originals + healthy_client, onset), (originals, minutes - onset)]),
-            counter(request.REQUESTS, request_labels(outcome="error"), [(0, onset), (client, minutes - onset)]),
+            counter(request.REQUESTS, request_labels(outcome=Outcome.ERROR), [(0, onset), (client, minutes - onset)]),
             counter(request.CLIENT_RETRIES, request_labels(), [(healthy_client, onset), (client, minutes - onset)]),
             counter(request.RETRIES, request_labels(), [(healthy_gateway, onset), (gateway_retries, minutes - onset)]),
         ]

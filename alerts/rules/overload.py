@@ -20,6 +20,7 @@ from infersight.alerts.rules.common import (
     val,
 )
 from infersight.alerts.series import counter, gauge
+from infersight.attributes import Outcome
 from infersight.signals import engine, request
 from infersight.thresholds import Thresholds
 
@@ -87,8 +88,8 @@ def rejections(limits: Thresholds) -> Alert:
     require(high / per_minute > t > near / per_minute and high <= per_minute, "rejections must straddle the ratio")
 
     def traffic(rejected: int):
-        return [counter(request.REQUESTS, request_labels(outcome="success"), [(per_minute - rejected, 20)]),
-                counter(request.REQUESTS, request_labels(outcome="rejected"), [(rejected, 20)]),
+        return [counter(request.REQUESTS, request_labels(outcome=Outcome.SUCCESS), [(per_minute - rejected, 20)]),
+                counter(request.REQUESTS, request_labels(outcome=Outcome.REJECTED), [(rejected, 20)]),
                 counter(request.REJECTIONS, request_labels(reason="queue_full"), [(rejected, 20)])]
 
     return Alert(

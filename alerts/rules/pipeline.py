@@ -10,6 +10,7 @@ from infersight.alerts.promql import num
 from infersight.alerts.rules.common import INSTANCE, PCT, lab, pct, require, val
 from infersight.alerts.series import counter, gauge, ramp
 from infersight.signals import engine, pipeline, request
+from infersight.signals.pipeline import ExportOutcome
 from infersight.thresholds import SCRAPE_UP, Thresholds
 
 SIGNAL = SignalClass.PIPELINE
@@ -97,11 +98,11 @@ def spans_rejected(limits: Thresholds) -> Alert:
 
 def export_requests_refused(limits: Thresholds) -> Alert:
     """Whole export requests refused before any span is counted (malformed, too large, unauthorized...)."""
-    labels = {"protocol": "http", "outcome": "malformed"}
-    ok = {"protocol": "http", "outcome": "ok"}
+    labels = {"protocol": "http", "outcome": str(ExportOutcome.MALFORMED)}
+    ok = {"protocol": "http", "outcome": str(ExportOutcome.OK)}
     return _refused_share(
         limits, name="InfersightExportRequestsRefused", by="outcome", labels=labels,
-        refused=pipeline.REQUESTS.rate(outcome="!=ok"), total=pipeline.REQUESTS.rate(),
+        refused=pipeline.REQUESTS.rate(outcome=f"!={ExportOutcome.OK}"), total=pipeline.REQUESTS.rate(),
         traffic=lambda refused, total: [counter(pipeline.REQUESTS, ok, [(total - refused, 20)]),
                                         counter(pipeline.REQUESTS, labels, [(refused, 20)])],
         summary="The OTLP receiver refuses a share of whole export requests.",

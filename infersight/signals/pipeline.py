@@ -1,8 +1,25 @@
 """Pipeline health signals (``infersight_pipeline_*``), produced by ``pipelines/``."""
 
+import enum
+
 from infersight.signals.catalog import Kind, declare
 
 PRODUCER = "pipelines"
+
+
+class ExportOutcome(enum.StrEnum):
+    """How the receivers answered an export request: the ``outcome`` label of ``REQUESTS``."""
+
+    OK = "ok"  # stored (ClickHouse or spool); maybe with per-span rejections
+    MALFORMED = "malformed"  # not OTLP
+    UNSUPPORTED = "unsupported"  # content type or encoding
+    TOO_LARGE = "too_large"
+    UNAUTHORIZED = "unauthorized"
+    QUEUE_FULL = "queue_full"
+    UNAVAILABLE = "unavailable"  # neither ClickHouse nor the spool took it
+    REFUSED = "refused"  # ClickHouse refuses the data itself
+
+
 BATCH_ROW_BUCKETS = (1, 10, 100, 1000, 5000, 10000, 25000, 50000, 100000)
 INSERT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -44,5 +61,4 @@ INSERT_ERRORS = declare("infersight_pipeline_insert_errors_total", Kind.COUNTER,
                         "Failed insert attempts (kind transient: worth retrying; permanent: the data is refused).",
                         PRODUCER)
 REQUESTS = declare("infersight_pipeline_requests_total", Kind.COUNTER, "", ("protocol", "outcome"),
-                   "OTLP export requests answered, by outcome (ok, malformed, unsupported, too_large, unauthorized, "
-                   "queue_full, unavailable, refused).", PRODUCER)
+                   f"OTLP export requests answered, by outcome ({', '.join(ExportOutcome)}).", PRODUCER)

@@ -13,14 +13,18 @@ from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from infersight.pipelines.receiver import otlp
-from infersight.pipelines.receiver.intake import Intake, Kind
+from infersight.pipelines.receiver.intake import Intake
+from infersight.signals.pipeline import ExportOutcome
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 GRPC_CODE = {
-    Kind.MALFORMED: grpc.StatusCode.INVALID_ARGUMENT, Kind.REFUSED: grpc.StatusCode.INVALID_ARGUMENT,
-    Kind.UNSUPPORTED: grpc.StatusCode.INVALID_ARGUMENT, Kind.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    Kind.UNAUTHORIZED: grpc.StatusCode.UNAUTHENTICATED, Kind.QUEUE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    Kind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ExportOutcome.MALFORMED: grpc.StatusCode.INVALID_ARGUMENT,
+    ExportOutcome.REFUSED: grpc.StatusCode.INVALID_ARGUMENT,
+    ExportOutcome.UNSUPPORTED: grpc.StatusCode.INVALID_ARGUMENT,
+    ExportOutcome.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ExportOutcome.UNAUTHORIZED: grpc.StatusCode.UNAUTHENTICATED,
+    ExportOutcome.QUEUE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ExportOutcome.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
 }
 
 
@@ -28,10 +32,10 @@ def build_server(intake: Intake, max_body_bytes: int) -> grpc.aio.Server:
     async def export(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         metadata = dict(context.invocation_metadata() or ())
         if not intake.authorized(metadata.get("authorization")):
-            answer = intake.refuse("grpc", Kind.UNAUTHORIZED, "missing or wrong bearer token")
+            answer = intake.refuse("grpc", ExportOutcome.UNAUTHORIZED, "missing or wrong bearer token")
         else:
             answer = await intake.export("grpc", request, as_json=False)
-        if answer.kind is Kind.OK:
+        if answer.kind is ExportOutcome.OK:
             return otlp.response_bytes(answer.rejected_spans, answer.message)
         code = GRPC_CODE[answer.kind]
         trailing = ()

@@ -16,13 +16,15 @@ from google.rpc import status_pb2
 
 from infersight.exposition import CONTENT_TYPE_LATEST, generate
 from infersight.pipelines.receiver import otlp
-from infersight.pipelines.receiver.intake import Answer, Intake, Kind
+from infersight.pipelines.receiver.intake import Answer, Intake
+from infersight.signals.pipeline import ExportOutcome
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 HTTP_STATUS = {
-    Kind.OK: 200, Kind.MALFORMED: 400, Kind.REFUSED: 400, Kind.UNAUTHORIZED: 401, Kind.TOO_LARGE: 413,
-    Kind.UNSUPPORTED: 415, Kind.QUEUE_FULL: 429, Kind.UNAVAILABLE: 503,
+    ExportOutcome.OK: 200, ExportOutcome.MALFORMED: 400, ExportOutcome.REFUSED: 400, ExportOutcome.UNAUTHORIZED: 401,
+    ExportOutcome.TOO_LARGE: 413, ExportOutcome.UNSUPPORTED: 415, ExportOutcome.QUEUE_FULL: 429,
+    ExportOutcome.UNAVAILABLE: 503,
 }
 RPC_CODE = {400: 3, 401: 16, 413: 8, 415: 3, 429: 8, 503: 14}  # google.rpc.Code for the error body
 
@@ -33,32 +35,32 @@ def build_app(intake: Intake, max_body_bytes: int) -> web.Application:
     async def traces(request: web.Request) -> web.Response:
         as_json = request.content_type == JSON
         if not intake.authorized(request.headers.get("Authorization")):
-            return _answer(intake.refuse("http", Kind.UNAUTHORIZED, "missing or wrong bearer token"), as_json)
+            return _answer(intake.refuse("http", ExportOutcome.UNAUTHORIZED, "missing or wrong bearer token"), as_json)
         if request.content_type not in (PROTOBUF, JSON):
-            return _answer(intake.refuse("http", Kind.UNSUPPORTED,
+            return _answer(intake.refuse("http", ExportOutcome.UNSUPPORTED,
                                          f"content type {request.content_type!r} is not supported; "
                                          f"send {PROTOBUF} or {JSON}"), as_json)
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("identity", "gzip", ""):
-            return _answer(intake.refuse("http", Kind.UNSUPPORTED,
+            return _answer(intake.refuse("http", ExportOutcome.UNSUPPORTED,
                                          f"content encoding {encoding!r} is not supported; send gzip or none"),
                            as_json)
         if request.content_length is not None and request.content_length > max_body_bytes:
-            return _answer(intake.refuse("http", Kind.TOO_LARGE, _too_large(request.content_length, max_body_bytes)),
-                           as_json)
+            return _answer(intake.refuse("http", ExportOutcome.TOO_LARGE,
+                                         _too_large(request.content_length, max_body_bytes)), as_json)
         body = await _read_body(request, max_body_bytes)
         if body is None:
-            return _answer(intake.refuse("http", Kind.TOO_LARGE, _too_large(max_body_bytes + 1, max_body_bytes)),
-                           as_json)
+            return _answer(intake.refuse("http", ExportOutcome.TOO_LARGE,
+                                         _too_large(max_body_bytes + 1, max_body_bytes)), as_json)
         if encoding == "gzip":
             try:
                 body = _gunzip(body, max_body_bytes)
             except _TooLarge:
-                return _answer(intake.refuse("http", Kind.TOO_LARGE,
+                return _answer(intake.refuse("http", ExportOutcome.TOO_LARGE,
                                              f"body over {max_body_bytes} bytes once decompressed "
                                              "(pipeline.max_body_bytes)"), as_json)
             except zlib.error as exc:
-                return _answer(intake.refuse("http", Kind.MALFORMED, f"bad gzip body: {exc}"), as_json)
+                return _answer(intake.refuse("http", ExportOutcome.MALFORMED, f"bad gzip body: {exc}"), as_json)
         return _answer(await intake.export("http", body, as_json), as_json)
 
     async def metrics(request: web.Request) -> web.Response:

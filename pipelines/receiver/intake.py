@@ -7,29 +7,18 @@ codes (see ``HTTP_STATUS`` in http_server.py and ``GRPC_CODE`` in grpc_server.py
 from __future__ import annotations
 
 import asyncio
-import enum
 import hmac
 from dataclasses import dataclass
 
 from infersight.pipelines.receiver import otlp
 from infersight.pipelines.receiver.metrics import PipelineMetrics
 from infersight.pipelines.receiver.writer import QueueFull, Refused, Unavailable, Writer
-
-
-class Kind(enum.Enum):
-    OK = "ok"  # stored (ClickHouse or spool); maybe with per-span rejections
-    MALFORMED = "malformed"  # not OTLP
-    UNSUPPORTED = "unsupported"  # content type or encoding
-    TOO_LARGE = "too_large"
-    UNAUTHORIZED = "unauthorized"
-    QUEUE_FULL = "queue_full"
-    UNAVAILABLE = "unavailable"  # neither ClickHouse nor the spool took it
-    REFUSED = "refused"  # ClickHouse refuses the data itself
+from infersight.signals.pipeline import ExportOutcome
 
 
 @dataclass(frozen=True)
 class Answer:
-    kind: Kind
+    kind: ExportOutcome
     message: str = ""
     rejected_spans: int = 0  # per-span rejections inside an accepted request
     retry_after: float = 0.0
@@ -56,7 +45,7 @@ class Intake:
             else:
                 decoded = otlp.decode_protobuf(body, self.max_attribute_length)
         except otlp.BadPayload as exc:
-            return self.refuse(protocol, Kind.MALFORMED, str(exc))
+            return self.refuse(protocol, ExportOutcome.MALFORMED, str(exc))
         m = self.metrics
         m.received.labels(protocol=protocol).inc(decoded.spans + decoded.invalid_ids)
         m.reject(protocol, "invalid_id", decoded.invalid_ids)
@@ -64,27 +53,27 @@ class Intake:
             m.truncated.inc(decoded.truncated)
         note = f"{decoded.invalid_ids} spans with an invalid trace or span id" if decoded.invalid_ids else ""
         if decoded.spans == 0:
-            return self._count(protocol, Answer(Kind.OK, note, decoded.invalid_ids))
+            return self._count(protocol, Answer(ExportOutcome.OK, note, decoded.invalid_ids))
         try:
             future = self.writer.submit(decoded.payload, decoded.spans)
         except QueueFull as exc:
             m.reject(protocol, "queue_full", decoded.spans)
-            return self._count(protocol, Answer(Kind.QUEUE_FULL, str(exc), retry_after=exc.retry_after))
+            return self._count(protocol, Answer(ExportOutcome.QUEUE_FULL, str(exc), retry_after=exc.retry_after))
         except Unavailable as exc:
             m.reject(protocol, "unavailable", decoded.spans)
-            return self._count(protocol, Answer(Kind.UNAVAILABLE, str(exc), retry_after=5.0))
+            return self._count(protocol, Answer(ExportOutcome.UNAVAILABLE, str(exc), retry_after=5.0))
         try:
             await asyncio.wrap_future(future)
         except Refused as exc:
             m.reject(protocol, "refused", decoded.spans)
-            return self._count(protocol, Answer(Kind.REFUSED, str(exc)))
+            return self._count(protocol, Answer(ExportOutcome.REFUSED, str(exc)))
         except Unavailable as exc:
             m.reject(protocol, "unavailable", decoded.spans)
-            return self._count(protocol, Answer(Kind.UNAVAILABLE, str(exc), retry_after=5.0))
+            return self._count(protocol, Answer(ExportOutcome.UNAVAILABLE, str(exc), retry_after=5.0))
         m.accepted.labels(protocol=protocol).inc(decoded.spans)
-        return self._count(protocol, Answer(Kind.OK, note, decoded.invalid_ids))
+        return self._count(protocol, Answer(ExportOutcome.OK, note, decoded.invalid_ids))
 
-    def refuse(self, protocol: str, kind: Kind, message: str) -> Answer:
+    def refuse(self, protocol: str, kind: ExportOutcome, message: str) -> Answer:
         """A whole request refused before decoding (its spans are unknown, so only the request counts)."""
         return self._count(protocol, Answer(kind, message))
 
