@@ -30,7 +30,6 @@ from urllib.parse import urlparse
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
-from opentelemetry.sdk.trace import sampling as otel_sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from prometheus_client import CollectorRegistry
@@ -311,7 +310,9 @@ def setup_tracing(service_name: str | None = None, *, protocol: str | None = Non
     if head_ratio is not None:
         head = ParentBased(TraceIdRatioBased(head_ratio))
     else:
-        head = otel_sampling._get_from_env_or_default()  # what TracerProvider() itself would pick
+        # What TracerProvider() itself picks without a sampler (OTEL_TRACES_SAMPLER / _ARG, else
+        # parentbased_always_on), read through its public ``sampler``: the SDK has no public function for it.
+        head = TracerProvider(resource=resource, shutdown_on_exit=False).sampler
     # A request the head drops that then fails or turns slow still gets its request span (sampling.py).
     provider_args["sampler"] = HeadTailSampler(head)
     provider = TracerProvider(**provider_args)

@@ -120,5 +120,5 @@ async def start(context: ProxyContext, host: str, port: int) -> tuple[web.AppRun
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # aiohttp has no public accessor for port 0
+    bound = runner.addresses[0][1]  # the port the OS picked for port 0: (host, port[, ...]) of the site's socket
     return runner, bound

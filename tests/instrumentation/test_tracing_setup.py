@@ -231,6 +231,21 @@ def test_setup_from_config_section():
         parse_config({"tracing": {"otlp_protocol": "udp"}})
 
 
+def test_without_head_ratio_the_head_is_the_sdks_choice_from_the_environment(monkeypatch):
+    """No head_ratio: the head sampler is what the SDK picks from OTEL_TRACES_SAMPLER, wrapped for the tail."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    handle = setup_tracing("gateway", endpoint="http://127.0.0.1:4318", protocol="http/protobuf")
+    assert handle.provider.sampler.get_description() == "HeadTailSampler{TraceIdRatioBased{0.0}}"
+    assert not handle.provider.get_tracer("t").start_span("x").is_recording()
+    handle.shutdown()
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER")
+    handle = setup_tracing("gateway", endpoint="http://127.0.0.1:4318", protocol="http/protobuf")
+    assert "ParentBased{root:AlwaysOnSampler" in handle.provider.sampler.get_description()
+    assert handle.provider.get_tracer("t").start_span("x").is_recording()
+    handle.shutdown()
+
+
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_shutdown_gives_up_on_an_unreachable_collector(protocol):
     """Ctrl-C must not wait out the exporter's whole retry schedule when nobody listens."""
