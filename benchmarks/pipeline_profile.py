@@ -24,12 +24,17 @@ body (query analysis: the fixed cost per insert) and per span into the Null tabl
 schema, with this/REF ratios (CPU rather than wall time: steadier on a shared machine). ``--nested-share``
 puts a nested array attribute (depth 2) on that share of requests (this checkout's writer stores
 such a batch in two inserts: the refused one, then the re-encoded one; both are counted here).
+``--client`` measures the receiver's side of one insert (this process's CPU per span, the batch
+already framed) for the same batch, interleaved rounds: the sink's own HTTP POST against
+clickhouse-connect's ``command(sql, data=batch)``, which the sink used before (it decodes the whole
+body as text to classify the SQL), with their ratio.
 Bounded: one batch per case, three repetitions (--against: seven, medians: CPU time comes in 10 ms ticks).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -140,6 +145,43 @@ def token_shapes(traces: int, rounds: int = 3) -> None:
         print(f"  {label:<42}{min(values):>12.2f}{min(values) / base:>16.2f}{before / min(values):>13.2f}")
 
 
+def client_cost(traces: int, share: float, rounds: int = 5) -> None:
+    from infersight.pipelines.clickhouse_server import ClickHouseServer
+    from infersight.pipelines.receiver import ingest_sql
+    from infersight.pipelines.receiver.sink import ClickHouseSink
+    from infersight.pipelines.schema import migrations
+    from infersight.pipelines.schema.ddl import SchemaOptions
+
+    spans = traces * 7
+    framed = ingest_sql.frame(build_requests(traces, share))
+    with tempfile.TemporaryDirectory(prefix="infersight-profile-") as tmp, ClickHouseServer(tmp) as server:
+        migrations.migrate(server.client(), SchemaOptions(database="full"))
+        sink = ClickHouseSink(server.dsn("full"))
+        client = server.client(send_receive_timeout=600)
+        counter = iter(range(1_000_000))
+
+        def post() -> None:
+            sink.insert(framed, f"client-{next(counter)}")
+
+        def command() -> None:
+            client.command(sink.query, data=framed, settings=ingest_sql.settings(f"client-{next(counter)}",
+                                                                                  sink.insert_parallelism))
+
+        cpu: dict[str, list[float]] = {"sink POST (this checkout)": [], "clickhouse-connect command(data=)": []}
+        for _ in range(rounds):
+            for label, fn in zip(cpu, (post, command), strict=True):
+                started = time.process_time()  # this process only: the receiver's side of the insert
+                fn()
+                cpu[label].append(1e6 * (time.process_time() - started) / spans)
+        client.close()
+        sink.close()
+    base = statistics.median(cpu["clickhouse-connect command(data=)"])
+    print(f"\n{spans:,} spans in one batch ({len(framed) / spans:.0f} B/span), timelines on {share:.0%} of request "
+          f"spans; receiver CPU per span for one insert, median of {rounds}; load average {os.getloadavg()[0]:.1f}:")
+    for label, values in cpu.items():
+        print(f"  {label:<40}{statistics.median(values):>8.2f} CPU-us/span   x{statistics.median(values) / base:5.2f}")
+
+
 def load_ingest_sql(ref: str):
     """ingest_sql.py as it is at git ``ref``, as a module of its own."""
     import subprocess
@@ -226,7 +268,13 @@ def main() -> int:
     parser.add_argument("--against", metavar="REF", help="instead: compare the insert SQL with the one at git REF")
     parser.add_argument("--nested-share", type=float, default=0.0,
                         help="with --against: share of requests carrying a nested array attribute (default 0)")
+    parser.add_argument("--client", action="store_true",
+                        help="instead: receiver CPU per span of one insert: its POST vs clickhouse-connect")
     args = parser.parse_args()
+    if args.client:
+        for share in args.timeline_share:
+            client_cost(args.traces, share)
+        return 0
     if args.against:
         for share in args.timeline_share:
             against(args.traces, share, args.against, args.nested_share)

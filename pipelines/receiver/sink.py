@@ -1,7 +1,11 @@
 """The ClickHouse end of the writer: one insert of a framed batch, its errors sorted into kinds.
 
-Inserts go through clickhouse-connect over HTTP (``command(sql, data=...)`` posts the batch as the
-body of ``INSERT ... SELECT ... FROM input() FORMAT Protobuf``). Each carries the batch's
+An insert is one HTTP POST of the batch as the body of ``INSERT ... SELECT ... FROM input() FORMAT
+Protobuf`` (the SQL and settings in the URL, as clickhouse-connect sends them), on a keep-alive
+connection per writer thread. Not through clickhouse-connect's ``command(sql, data=...)``: that decodes
+the whole body as text to classify the SQL as read-only or not, ~5 CPU-us per span of a batch with
+token timelines, a third of the receiver's CPU (measured: benchmarks/pipeline_profile.py
+``--client``). clickhouse-connect still does the few queries around it. Each carries the batch's
 ``insert_deduplication_token``: an insert that reached ClickHouse but whose answer was lost, then
 retried, is stored once. A plain (non-replicated) MergeTree only deduplicates when the table
 setting ``non_replicated_deduplication_window`` is non-zero, so before the first insert the sink
@@ -10,11 +14,15 @@ checks the tables it writes (directly or through materialized views) and sets it
 
 from __future__ import annotations
 
+import base64
+import http.client
 import re
+import ssl
 import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 from infersight.pipelines.receiver import ingest_sql
 from infersight.pipelines.schema import ddl
@@ -66,8 +74,11 @@ class ClickHouseSink:
         self.timeout = timeout_seconds
         self.store_content = store_content
         self.query = ingest_sql.insert_query(self.database, store_content)
-        self._local = threading.local()  # one HTTP client per writer thread
+        self._local = threading.local()  # one clickhouse-connect client and one insert connection per writer thread
         self._dedup_ready = False
+        credentials = f"{self.target.user or 'default'}:{self._password}".encode()
+        self._headers = {"Authorization": "Basic " + base64.b64encode(credentials).decode(),
+                         "Content-Type": "application/octet-stream"}
 
     def insert(self, framed: bytes, token: str) -> float:
         """Insert one batch; returns the seconds it took. Raises :class:`InsertFailed`."""
@@ -85,7 +96,47 @@ class ClickHouseSink:
             raise self._classify(exc) from None
 
     def _send(self, client, framed: bytes, token: str) -> None:
-        client.command(self.query, data=framed, settings=ingest_sql.settings(token, self.insert_parallelism))
+        settings = ingest_sql.settings(token, self.insert_parallelism)
+        path = "/?" + urlencode({"query": self.query, "database": "default", **settings})
+        for attempt in range(2):
+            connection, reused = self._insert_connection()
+            try:
+                connection.request("POST", path, body=framed, headers=self._headers)
+                response = connection.getresponse()
+                answer = response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self._drop_insert_connection()
+                if reused and attempt == 0:
+                    continue  # the server closed the idle keep-alive connection: once more on a new one
+                raise
+            except BaseException:
+                self._drop_insert_connection()
+                raise
+            if response.status != 200:
+                raise RuntimeError(answer.decode("utf-8", "replace") or f"HTTP {response.status} {response.reason}")
+            if response.will_close:
+                self._drop_insert_connection()
+            return
+
+    def _insert_connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        """This thread's keep-alive connection for inserts, and whether it has served one before."""
+        connection = getattr(self._local, "insert", None)
+        if connection is not None:
+            return connection, True
+        t = self.target
+        if t.scheme == "https":
+            connection = http.client.HTTPSConnection(t.host, t.port, timeout=self.timeout,
+                                                     context=ssl.create_default_context())
+        else:
+            connection = http.client.HTTPConnection(t.host, t.port, timeout=self.timeout)
+        self._local.insert = connection
+        return connection, False
+
+    def _drop_insert_connection(self) -> None:
+        connection = getattr(self._local, "insert", None)
+        self._local.insert = None
+        if connection is not None:
+            connection.close()
 
     def ensure_deduplication(self, client) -> list[str]:
         """Set ``non_replicated_deduplication_window`` on plain MergeTree tables that lack it."""
@@ -105,6 +156,7 @@ class ClickHouseSink:
         return altered
 
     def close(self) -> None:
+        self._drop_insert_connection()
         client = getattr(self._local, "client", None)
         if client is not None:
             try:
