@@ -69,6 +69,13 @@ class TimeoutKind(enum.StrEnum):
     IDLE = "idle"  # the stream stalled between two tokens
 
 
+class UpstreamError(enum.StrEnum):
+    """Why an upstream attempt failed: ``error.type`` on its ``upstream`` span (the proxy's codes too)."""
+
+    UNREACHABLE = "upstream_unreachable"  # refused, or the connection never came up
+    DISCONNECTED = "upstream_disconnected"  # the response broke off (the engine died mid-request)
+
+
 class SamplingReason(enum.StrEnum):
     """Why a request's token timeline was kept (or not): the values of ``llm.sampling.reason``."""
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infersight.attributes import Outcome, TimeoutKind
+from infersight.attributes import Outcome, TimeoutKind, UpstreamError
 from infersight.simulator.engine import SimEngine
 from infersight.simulator.gateway_metrics import GatewayMetrics
 from infersight.simulator.request import SimRequest
@@ -163,8 +163,9 @@ class Gateway:
         engine = pick.engine
         self.metrics.routed(req, engine.instance, now)
         self.in_flight[engine.instance] += 1
+        req.attempt_at = now
         if not engine.up:
-            self._broken(req, now)  # connection refused, at once
+            self._broken(req, now, UpstreamError.UNREACHABLE)  # connection refused, at once
         elif engine.network_jitter and self.rng.random() < engine.network_jitter:
             req.fail_at = now + CONNECT_TIMEOUT_S
             heapq.heappush(self._breaks, (req.fail_at, req.id, req))
@@ -173,9 +174,14 @@ class Gateway:
             engine.submit(req, now)
         return True
 
-    def _broken(self, req: SimRequest, now: float) -> None:
+    def _broken(self, req: SimRequest, now: float, error: UpstreamError) -> None:
         """The attempt broke (refused, reset, dropped): retry once elsewhere, else fail."""
         self.in_flight[req.instance] -= 1
+        if req.failed_attempts is None:
+            req.failed_attempts = []
+        # a dropped connection broke at its fail_at; the gateway notices (and re-attempts) at its tick
+        req.failed_attempts.append((req.instance, req.attempt_at, req.fail_at if req.fail_at is not None else now,
+                                    error))
         req.fail_at = None
         if req.gateway_attempt < self.policy.gateway_retries:
             req.gateway_attempt += 1
@@ -188,7 +194,7 @@ class Gateway:
     def engine_lost(self, lost: list[SimRequest], now: float) -> None:
         for req in lost:
             if req.id in self._active:
-                self._broken(req, now)
+                self._broken(req, now, UpstreamError.DISCONNECTED)  # the engine died mid-request
 
     def finished(self, req: SimRequest) -> None:
         if req.id not in self._active:
@@ -208,7 +214,7 @@ class Gateway:
         while self._breaks and self._breaks[0][0] <= now:
             _, rid, req = heapq.heappop(self._breaks)
             if rid in self._active and req.fail_at is not None:
-                self._broken(req, now)
+                self._broken(req, now, UpstreamError.UNREACHABLE)  # the dropped connection timed out
         while self._deadlines and self._deadlines[0][0] <= now:
             _, rid, req = heapq.heappop(self._deadlines)
             if rid in self._active:

@@ -22,6 +22,7 @@ from typing import Any
 from infersight.attributes import Outcome
 from infersight.instrumentation import RequestTracer, TracerClock
 from infersight.instrumentation.client_retries import RETRY_COUNT_HEADER
+from infersight.simulator.decode_log import DecodeLog
 
 _DONE = object()
 
@@ -41,12 +42,19 @@ class SimClock:
 
 
 class Replay:
-    """Takes ended requests from the fleet (``fleet.metrics.on_end``) and traces them in a thread."""
+    """Takes ended requests from the fleet (``fleet.metrics.on_end``) and traces them in a thread.
 
-    def __init__(self, tracer_factory, base_s: float) -> None:
+    With a :class:`DecodeLog`, a request's token times are its engine's decode steps (its stalls
+    included); the log covers a tick only once the tick is over, so requests wait in ``pending``
+    until :meth:`flush` (called after each tick is logged). Without one, tokens are spaced evenly.
+    """
+
+    def __init__(self, tracer_factory, base_s: float, log: DecodeLog | None = None) -> None:
         self.clock = SimClock(base_s)
         self.tracer: RequestTracer = tracer_factory(self.clock.tracer_clock())
+        self.log = log
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.pending: list[tuple] = []
         self.replayed = 0
         self.errors = 0
         self.thread = threading.Thread(target=self._run, name="demo-replay", daemon=True)
@@ -54,11 +62,23 @@ class Replay:
 
     def ended(self, req, outcome: str, now: float, kw: dict[str, Any]) -> None:
         """``GatewayMetrics.on_end``: copy what the replay needs (the request object lives on)."""
-        self.queue.put((req.model, req.pool, req.strategy, req.instance, req.client_attempt, req.arrival,
-                        req.queued_at, req.routed_at, req.draw.prompt_tokens, req.cached, outcome, now, kw))
+        item = (req.model, req.pool, req.strategy, req.instance, req.client_attempt, req.arrival, req.queued_at,
+                req.attempt_at, tuple(req.failed_attempts or ()), req.draw.prompt_tokens, req.cached,
+                (req.first_token, req.s_start, req.extra_latency), outcome, now, kw)
+        if self.log is None:
+            self.queue.put(item)
+        else:
+            self.pending.append(item)
+
+    def flush(self) -> None:
+        """Hand the requests that ended so far to the replay thread (the log now covers them)."""
+        pending, self.pending = self.pending, []
+        for item in pending:
+            self.queue.put(item)
 
     def close(self, timeout_s: float = 60.0) -> None:
         """Replay what is queued, then stop."""
+        self.flush()
         self.queue.put(_DONE)
         self.thread.join(timeout_s)
 
@@ -70,25 +90,38 @@ class Replay:
             except Exception:  # noqa: BLE001 - one odd request must not end the demo's tracing
                 self.errors += 1
 
-    def _one(self, model, pool, strategy, instance, client_attempt, arrival, queued_at, routed_at, prompt_tokens,
-             cached, outcome, end, kw) -> None:
+    def _one(self, model, pool, strategy, instance, client_attempt, arrival, queued_at, attempt_at, failed,
+             prompt_tokens, cached, engine_side, outcome, end, kw) -> None:
         clock = self.clock
         clock.at(arrival)
         headers = {RETRY_COUNT_HEADER: str(client_attempt)} if client_attempt else None
         req = self.tracer.start(model, pool=pool, strategy=strategy, headers=headers, stream=True)
         if queued_at is not None:
             req.queued()
-        if instance and (routed_at is not None or outcome != Outcome.REJECTED):
-            clock.at(routed_at if routed_at is not None else arrival)
+        # The gateway's attempts as its instrumentation records them: each broken one routed, then
+        # ended by retry() with its error (an ``upstream`` span with llm.retry.attempt and error.type);
+        # the gateway re-attempts at once (no backoff). A request that failed ends on its last attempt.
+        final_error = None
+        if outcome == Outcome.ERROR and failed:
+            *failed, (_instance, _started, _ended, final_error) = failed
+        for broken_at, started, ended, error in failed:
+            clock.at(started)
+            req.routed(broken_at)
+            clock.at(ended)
+            req.retry(backoff_s=0.0, error_type=error)
+        if instance and attempt_at is not None:
+            clock.at(attempt_at)
             req.routed(instance)
         ttft_s, tokens = kw.get("ttft_s"), int(kw.get("tokens") or 0)
         if ttft_s is not None and tokens:
-            first = arrival + ttft_s
-            gap = (end - first) / (tokens - 1) if tokens > 1 else 0.0
+            clock.at(arrival + ttft_s)
+            req.first_token()  # noted apart: a stream longer than the buffer keeps only its last times
             record = req.token_sink()
-            first_ns, gap_ns, end_ns = round(first * 1e9), gap * 1e9, round(end * 1e9)
-            for i in range(tokens):
-                record(min(end_ns, first_ns + round(i * gap_ns)))  # rounding must not pass the end
+            end_ns = round(end * 1e9)
+            for t_ns in self._token_times(instance, arrival + ttft_s, end, tokens, engine_side):
+                if t_ns > end_ns + 1000:  # a timed-out stream: the tokens after the gateway gave up never came
+                    break
+                record(min(end_ns, t_ns))  # rounding must not pass the end
         clock.at(end)
         if outcome == Outcome.SUCCESS:
             req.finish("stop", input_tokens=prompt_tokens, output_tokens=tokens, cached_input_tokens=cached)
@@ -97,4 +130,15 @@ class Replay:
         elif outcome == Outcome.TIMEOUT:
             req.timeout(kw.get("timeout_kind") or "total", output_tokens=tokens or None)
         else:
-            req.fail("upstream_error")
+            req.fail(final_error or "upstream_error")
+
+    def _token_times(self, instance: str, first: float, end: float, tokens: int, engine_side) -> list[int]:
+        """The request's token times in ns, as the gateway saw them (the engine's, plus the network's delay)."""
+        engine_first, s_start, delay = engine_side
+        times = None
+        if self.log is not None and engine_first is not None:
+            times = self.log.token_times(instance, engine_first, s_start, tokens, end - delay)
+        if times is None:
+            gap = (end - first) / (tokens - 1) if tokens > 1 else 0.0
+            return [round((first + i * gap) * 1e9) for i in range(tokens)]
+        return [round((t + delay) * 1e9) for t in times]

@@ -48,6 +48,7 @@ class DemoRun:
         self.binaries, self.quiet = binaries, quiet
         self._stops: list[tuple[str, Callable[[], None]]] = []
         self.fleet = None
+        self.decode_log = None
         self.lock = threading.Lock()
         self.gpu_exporters: dict[str, int] = {}  # node -> port
         self._engine_targets = -1
@@ -131,6 +132,7 @@ class DemoRun:
         self._step(3, f"{self.scenario.name}: {self.scenario.title} (Prometheus pid {prometheus.pid}, Alertmanager "
                       f"pid {alertmanager.pid}, ClickHouse pid {server.proc.pid})")
         from infersight.instrumentation import RequestTracer, TailSampler, setup_tracing
+        from infersight.simulator.decode_log import DecodeLog
         from infersight.simulator.fleet import Fleet
         from infersight.simulator.realtime import RealTimeDriver
 
@@ -144,10 +146,13 @@ class DemoRun:
         self.fleet = fleet
         # The incident's own clock for spans: the scenario ends a minute before the demo started.
         base = epoch - self.minutes * 60 - 60
+        decode_log = DecodeLog()  # every engine's decode steps: the token times of the traces, stalls included
+        decode_log.record(fleet.engines(), fleet.now)
+        self.decode_log = decode_log
         replay = Replay(lambda clock: RequestTracer(tracer_provider=tracing.provider, provider_name="vllm",
                                                     sampler=TailSampler(random_share=0.01, seed=7), clock=clock,
                                                     max_timeline_tokens=TIMELINE_TOKENS),
-                        base)
+                        base, decode_log)
         self._on_stop("replay", lambda: replay.close(10.0))
         fleet.metrics.on_end = replay.ended
         endpoints.fleet = fleet
@@ -160,6 +165,8 @@ class DemoRun:
         refresh = Every(PAGE_REFRESH_S)
 
         def on_step(t: float) -> None:  # in the fleet's thread, between ticks
+            decode_log.record(fleet.engines(), t)
+            replay.flush()
             if refresh.due():
                 endpoints.refresh()
             self._sync_gpu_exporters(gpu_sd)
@@ -189,6 +196,7 @@ class DemoRun:
         finally:
             reader.close()
         facts.update({"real_seconds": round(real_end - real_start, 1), "held_s": round(driver.held_s, 1),
+                      "head_ratio": HEAD_RATIO,
                       "requests_replayed": replay.replayed, "replay_errors": replay.errors,
                       "total_seconds": round(time.monotonic() - self.started_at, 1)})
         return facts

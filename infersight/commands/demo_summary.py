@@ -120,11 +120,27 @@ def from_clickhouse(run, reader, base: float) -> dict[str, Any]:
 
     start, end = _utc(base), _utc(base + run.minutes * 60 + 120)
     slowest = library.slowest(reader, "default", start, end, by="ttft", limit=5)
+    chains: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for attempt in library.retries(reader, "default", start, end, limit=10_000):
+        chains[attempt["trace_id"]].append(attempt)
+    for row in slowest:
+        row["attempts"] = _attempts(chains.get(row["trace_id"], []))
+    failed = [r for r in library.attempt_failures(reader, "default", start, end) if r["failed_attempts"]]
     neighbours: list[dict[str, Any]] = []
+    stall: dict[str, Any] | None = None
     if slowest and slowest[0]["instance"]:
         worst = slowest[0]
-        at = worst["started"] + dt.timedelta(milliseconds=(worst["ttft_ms"] or 0) / 2)
+        # Its longest token gap, and what else was on its instance at that second (from ClickHouse),
+        # beside what the simulated instance was doing then (from the simulator's decode steps).
+        at = worst["stall_at"] or worst["started"] + dt.timedelta(milliseconds=(worst["ttft_ms"] or 0) / 2)
         neighbours = library.neighbors(reader, "default", worst["instance"], at)
+        stall = {"trace_id": worst["trace_id"], "instance": worst["instance"], "at": at,
+                 "gap_ms": worst["max_gap_ms"], "simulated": None}
+        moment = run.decode_log.moment(worst["instance"], (at - start).total_seconds()) if run.decode_log else None
+        if moment is not None:
+            stall["simulated"] = {"decoding": moment.decoding, "prefilling": moment.prefilling,
+                                  "waiting": moment.waiting, "kv_usage": round(moment.kv_usage, 3),
+                                  "step_ms": None if moment.step_s is None else round(moment.step_s * 1000, 1)}
     stalls = library.window_stalls(reader, "default", start, end, min_gap_ms=STALL_MS)
     pools = library.compare_pools(reader, "default", start, end)
     report = write_report(reader, "default", Window(start, end), run.out / "report", min_gap_ms=STALL_MS,
@@ -136,10 +152,20 @@ def from_clickhouse(run, reader, base: float) -> dict[str, Any]:
         "incident_clock": {"start": start, "end": end,
                            "note": "spans carry the simulated times: the scenario ends a minute before the demo "
                                    "started"},
-        "slowest_by_ttft": slowest, "neighbours_of_slowest": neighbours, "stalls": stalls, "pools": pools,
+        "slowest_by_ttft": slowest, "stall_of_slowest": stall, "neighbours_of_slowest": neighbours,
+        "failed_attempts": failed, "retried_requests": len(chains), "stalls": stalls, "pools": pools,
         "report": [str(p) for p in report], "report_html": str(report.html),
         "report_headline": report.headline.sentence,
     }
+
+
+def _attempts(chain: list[dict[str, Any]]) -> str:
+    """``1``, or ``2 (1 failed: upstream_unreachable on sim-n01:8003)``: a request's upstream attempts."""
+    if len(chain) < 2:
+        return "1"
+    failed = [a for a in chain if a["status"] == "error"]
+    where = ", ".join(f"{a['error'] or 'error'} on {a['instance']}" for a in failed)
+    return f"{len(chain)} ({len(failed)} failed: {where})" if failed else str(len(chain))
 
 
 def print_summary(s: dict[str, Any]) -> None:
@@ -179,16 +205,31 @@ def print_summary(s: dict[str, Any]) -> None:
           f"{s['incident_clock']['start']:%H:%M}-{s['incident_clock']['end']:%H:%M} UTC")
     print("\nSlowest first tokens (infersight traces slowest --by ttft):")
     print(render(s["slowest_by_ttft"], "table", ["trace_id", "started", "instance", "pool", "ttft_ms", "e2e_ms",
-                                                  "max_gap_ms", "input_tokens", "outcome"]))
+                                                  "max_gap_ms", "input_tokens", "attempts", "outcome"]))
+    stall = s.get("stall_of_slowest")
+    if stall:
+        print(f"\nThe slowest request's longest token gap: {stall['gap_ms'] or 0:,.0f} ms at {stall['at']:%H:%M:%S} "
+              f"UTC on {stall['instance']}")
+        sim = stall["simulated"]
+        if sim:
+            step = "no decode step" if sim["step_ms"] is None else f"one decode step every {sim['step_ms']:,.0f} ms"
+            print(f"  the simulated instance then: {sim['decoding']} decoding, {sim['prefilling']} in prefill, "
+                  f"{sim['waiting']} waiting, KV cache {sim['kv_usage']:.0%} full: {step}")
     if s["neighbours_of_slowest"]:
-        worst = s["slowest_by_ttft"][0]
         phases: dict[str, int] = defaultdict(int)
         for n in s["neighbours_of_slowest"]:
             phases[n["phase"]] += 1
-        print(f"\nWhile the slowest waited, {worst['instance']} also had (infersight traces neighbors): "
+        print(f"  traced requests on {stall['instance']} at that second (infersight traces neighbors; "
+              f"{s['head_ratio']:.0%} of requests are traced, slow and failed ones always): "
               + ", ".join(f"{n} {p}" for p, n in sorted(phases.items())))
         print(render(s["neighbours_of_slowest"][:8], "table", ["trace_id", "phase", "running_for_ms",
                                                                 "prompt_tokens", "cached_tokens", "ttft_ms"]))
+    print(f"\nFailed upstream attempts (infersight traces retries): {s['retried_requests']} requests re-attempted")
+    if s["failed_attempts"]:
+        print(render(s["failed_attempts"], "table", ["instance", "attempts", "failed_attempts", "errors",
+                                                      "failed_median_ms", "requests_hit"]))
+    else:
+        print("  (none: no attempt broke in this scenario; 'infersight demo --scenario gpu-off-bus' has some)")
     print(f"\nToken stalls over {STALL_MS} ms by instance and minute (infersight traces stalls):")
     print(render(s["stalls"], "table", ["instance", "minute", "requests", "max_gap_ms", "mean_gap_ms"])
           if s["stalls"] else "  (none)")

@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from infersight.attributes import TimeoutKind
+from infersight.attributes import TimeoutKind, UpstreamError
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,12 @@ def upstream_unreachable(upstream: str, exc: Exception) -> ProxyError:
     errno = getattr(os_error, "errno", None)
     # "Connection refused" reads better than asyncio's "Connect call failed ('10.0.0.5', 8000)".
     reason = os.strerror(errno) if errno else str(os_error or exc)
-    return ProxyError(502, "upstream_unreachable", f"cannot reach upstream {upstream}: {reason} "
+    return ProxyError(502, UpstreamError.UNREACHABLE, f"cannot reach upstream {upstream}: {reason} "
                       "(is the engine running, and is --upstream right?)", type="upstream_error")
 
 
 def upstream_broke(reason: str) -> ProxyError:
-    return ProxyError(502, "upstream_disconnected", f"the upstream response broke off: {reason}",
+    return ProxyError(502, UpstreamError.DISCONNECTED, f"the upstream response broke off: {reason}",
                       type="upstream_error")
 
 

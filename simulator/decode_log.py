@@ -1,0 +1,117 @@
+"""Token times of simulated requests, read back from their engine's decode steps.
+
+An engine (:mod:`.engine`) advances every decoding request together: a shared stream position
+``S`` grows by one per decode step, spread evenly over each tick, and a request that joined the
+batch at ``s_start`` has its i-th token after the first when ``S`` reaches ``s_start + i``.
+Sampling each engine's ``S`` at every tick end therefore gives each token's time as the
+simulation produced it: tokens come faster while the batch is small, slower as it grows or while
+prefill takes the GPU, and a tick that made less than one step is a stall every request in the
+batch felt. The samples also keep what the engine was doing (batch, prefill, queue, KV), so a
+stall in a trace can be set beside the simulated instance at that moment.
+
+Only the real-time demo feeds it (every tick, from the fleet's thread); virtual time does not pay for it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from infersight.simulator.engine import SimEngine
+
+
+@dataclass(frozen=True)
+class EngineMoment:
+    """One tick of one engine: what it did between ``t0`` and ``t1`` (simulated seconds)."""
+
+    instance: str
+    t0: float
+    t1: float
+    steps: float  # decode steps it made in the tick
+    decoding: int  # requests in the decode batch at the tick's end
+    prefilling: int
+    waiting: int
+    kv_usage: float
+
+    @property
+    def step_s(self) -> float | None:
+        """The time between two tokens of a request decoding through this tick (None: no step)."""
+        return (self.t1 - self.t0) / self.steps if self.steps > 0 else None
+
+
+@dataclass
+class _Life:
+    """One process lifetime of an engine (a restart starts ``S`` again at 0)."""
+
+    started_at: float
+    t: list[float]
+    s: list[float]
+    state: list[tuple[int, int, int, float]] = field(default_factory=list)  # per sample after the first
+
+
+class DecodeLog:
+    def __init__(self) -> None:
+        self._lives: dict[str, list[_Life]] = {}
+        self._last_t = 0.0
+
+    @property
+    def until(self) -> float:
+        """The simulated second the log covers up to."""
+        return self._last_t
+
+    def record(self, engines: Iterable[SimEngine], t: float) -> None:
+        """Sample every running engine at simulated second ``t`` (a tick end)."""
+        previous = self._last_t
+        for e in engines:
+            if not e.up:
+                continue
+            lives = self._lives.setdefault(e.instance, [])
+            life = lives[-1] if lives else None
+            if life is None or life.started_at != e.started_at or e.S < life.s[-1]:
+                # A new process: it started at the tick's start with an empty stream.
+                life = _Life(e.started_at, [min(previous, t)], [0.0])
+                lives.append(life)
+            if t > life.t[-1]:
+                life.t.append(t)
+                life.s.append(e.S)
+                life.state.append((len(e.decoding), len(e.prefilling), len(e.waiting), e.kv_usage()))
+        self._last_t = t
+
+    def _life(self, instance: str, t0: float, t1: float) -> _Life | None:
+        for life in reversed(self._lives.get(instance, ())):
+            if life.t[0] <= t0 and t1 <= life.t[-1] + 1e-9:
+                return life
+        return None
+
+    def token_times(self, instance: str, first_token: float, s_start: float, count: int,
+                    end: float) -> list[float] | None:
+        """Times (simulated seconds, engine side) of a request's ``count`` tokens; None when the log
+        does not cover them (the request ran before the log started, or on a life it no longer has)."""
+        life = self._life(instance, first_token, end)
+        if life is None or count < 1:
+            return None
+        ts, ss = life.t, life.s
+        out = [first_token]
+        j = bisect.bisect_right(ss, s_start)
+        n = len(ss)
+        for i in range(1, count):
+            p = s_start + i
+            while j < n and ss[j] < p:
+                j += 1
+            if j == n:
+                return None
+            s0, s1, t0 = ss[j - 1], ss[j], ts[j - 1]
+            at = t0 + (p - s0) * (ts[j] - t0) / (s1 - s0) if s1 > s0 else ts[j]
+            out.append(at if at > first_token else first_token)  # a request that joined mid-tick
+        return out
+
+    def moment(self, instance: str, t: float) -> EngineMoment | None:
+        """What ``instance`` did in the tick holding simulated second ``t``."""
+        for life in reversed(self._lives.get(instance, ())):
+            if life.t[0] <= t <= life.t[-1]:
+                j = max(1, bisect.bisect_left(life.t, t))
+                decoding, prefilling, waiting, kv = life.state[j - 1]
+                return EngineMoment(instance, life.t[j - 1], life.t[j], life.s[j] - life.s[j - 1], decoding,
+                                    prefilling, waiting, kv)
+        return None
