@@ -59,6 +59,9 @@ class ClickHouseSink:
 
     def __init__(self, dsn: str, store_content: bool = False, timeout_seconds: float = 30.0,
                  data_dir: str | None = None):
+        # Imported now, at start: the import takes a second of CPU, which the first batch would otherwise wait for.
+        import clickhouse_connect  # noqa: F401
+
         from infersight.pipelines.schema.connection import WRITER, ConnectionFailed, resolve
 
         try:
