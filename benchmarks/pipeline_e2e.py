@@ -238,12 +238,13 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
         if stats["errors"]:
             raise RuntimeError(f"{stats['errors']} requests were refused; the figures would be meaningless")
         deadline = time.monotonic() + timeout
-        while (stored := client.query(f"SELECT count() FROM {DB}.{ddl.TRACES}").result_rows[0][0]) < spans:
+        traces = ddl.DEFAULT_TABLES.traces
+        while (stored := client.query(f"SELECT count() FROM {DB}.{traces}").result_rows[0][0]) < spans:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {stored:,} of {spans:,} spans reached ClickHouse in {timeout} s")
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
-        tokens = client.query(f"SELECT count() FROM {DB}.{ddl.TOKENS}").result_rows[0][0]
+        tokens = client.query(f"SELECT count() FROM {DB}.{ddl.DEFAULT_TABLES.token_events}").result_rows[0][0]
         result = {
             "timeline_share": timeline_share, "spans": spans, "seconds": elapsed, "acked_seconds": acked,
             "spans_per_s": spans / elapsed, "token_rows": tokens, "tokens_per_s": tokens / elapsed,

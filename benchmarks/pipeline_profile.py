@@ -80,7 +80,8 @@ def profile(traces: int, share: float) -> None:
         for statement in ddl.traces_table(SchemaOptions(database="bare")):
             client.command(statement)
         client.command("CREATE DATABASE nul")
-        client.command(f"CREATE TABLE nul.{ddl.TRACES} AS bare.{ddl.TRACES} ENGINE = Null")
+        traces = ddl.DEFAULT_TABLES.traces
+        client.command(f"CREATE TABLE nul.{traces} AS bare.{traces} ENGINE = Null")
         counter = iter(range(1_000_000))
 
         def insert(database: str, data: bytes):
@@ -115,11 +116,12 @@ def token_shapes(traces: int, rounds: int = 3) -> None:
         client = server.client(send_receive_timeout=600)
         for db in ("now", "before", "none"):
             migrations.migrate(client, SchemaOptions(database=db))
-        for name in (ddl.TOKENS, ddl.TOKEN_TIMELINES + "_mv"):  # before: the per-token table and its view
+        tables = ddl.DEFAULT_TABLES
+        for name in (tables.token_events, tables.token_timelines + "_mv"):  # before: the per-token table and its view
             client.command(f"DROP TABLE before.{name}")
         for statement in ddl.per_token_events(SchemaOptions(database="before")):
             client.command(statement)
-        client.command(f"DROP TABLE none.{ddl.TOKEN_TIMELINES}_mv")
+        client.command(f"DROP TABLE none.{ddl.DEFAULT_TABLES.token_timelines}_mv")
         pids = [server.proc.pid, *children_of(server.proc.pid)]
         cases = [("no timelines (same schema)", "now", "none"),
                  ("before: per-token rows, JSON text", "before", "text"),
@@ -222,7 +224,8 @@ def against(traces: int, share: float, ref: str, nested_share: float, rounds: in
         for statement in ddl.traces_table(SchemaOptions(database="bare")):
             client.command(statement)
         client.command("CREATE DATABASE nul")
-        client.command(f"CREATE TABLE nul.{ddl.TRACES} AS bare.{ddl.TRACES} ENGINE = Null")
+        traces = ddl.DEFAULT_TABLES.traces
+        client.command(f"CREATE TABLE nul.{traces} AS bare.{traces} ENGINE = Null")
         pids = [server.proc.pid, *children_of(server.proc.pid)]
         counter = iter(range(1_000_000))
 

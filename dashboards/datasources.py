@@ -60,14 +60,17 @@ def clickhouse_user(dsn: str) -> str | None:
     return _parse(dsn).user
 
 
-def _clickhouse(dsn: str) -> dict:
+def _clickhouse(dsn: str, traces_table: str) -> dict:
     parsed = _parse(dsn)
     if not parsed.is_http:
         raise ProvisioningError(
             f"clickhouse.dsn {dsn!r} is not an HTTP endpoint Grafana can reach (chdb:// is an in-process engine); "
             "run 'infersight up' and set clickhouse.dsn to its URL, e.g. http://127.0.0.1:8123/default")
     json_data = {"host": parsed.host, "port": parsed.port, "protocol": "http", "secure": parsed.scheme == "https",
-                 "defaultDatabase": parsed.database}
+                 "defaultDatabase": parsed.database,
+                 # Explore's trace view and query builder open our trace table (OTel Collector schema).
+                 "traces": {"defaultDatabase": parsed.database, "defaultTable": traces_table, "otelEnabled": True,
+                            "otelVersion": "latest", "durationUnit": "nanoseconds"}}
     source = {"name": CLICKHOUSE_NAME, "uid": CLICKHOUSE_UID, "type": CLICKHOUSE_PLUGIN, "editable": False,
               "jsonData": json_data}
     # Grafana only reads: without a user in the DSN it is the embedded store's read-only reader
@@ -91,7 +94,10 @@ def _prometheus(url: str | None) -> dict:
 
 def datasources_yaml(config: Config) -> str:
     """Grafana's datasource provisioning file: Prometheus from prometheus.url, ClickHouse from clickhouse.dsn."""
-    sources = [_prometheus(config.prometheus.url), _clickhouse(config.clickhouse.dsn)]
+    from infersight.pipelines.schema.ddl import Tables
+
+    traces = Tables.from_config(config).traces
+    sources = [_prometheus(config.prometheus.url), _clickhouse(config.clickhouse.dsn, traces)]
     return yaml.safe_dump({"apiVersion": 1, "datasources": sources}, sort_keys=False)
 
 

@@ -144,11 +144,42 @@ class Retention(Section):
     rollups_days: int = Field(90, gt=0)
 
 
+TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class TableNames(Section):
+    """Table names other than the schema's own (``pipelines/schema/ddl.py`` defines those), like the
+    Collector exporter's ``traces_table_name``; unset means the schema's name."""
+
+    traces: str | None = Field(None, description="the OTel trace table; its trace id lookup is <traces>_trace_id_ts")
+    token_timelines: str | None = Field(None, description="kept token timelines, one row per request span")
+    token_events: str | None = Field(None, description="the view with one row per token")
+    requests_1m: str | None = Field(None, description="the per-minute request rollup")
+    migrations: str | None = Field(None, description="applied schema versions")
+
+    @field_validator("*")
+    @classmethod
+    def _plain_name(cls, value: str | None) -> str | None:
+        # Plain names only: they appear in DDL, in Grafana's SQL and in the Collector's config.
+        if value is not None and not TABLE_NAME.fullmatch(value):
+            raise ValueError("letters, digits and _ only, not starting with a digit, e.g. otel_traces")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> TableNames:
+        if any(self.model_dump().values()):
+            from infersight.pipelines.schema.ddl import Tables  # the defaults live in the schema module
+
+            Tables.from_names(self)  # raises when two tables would get one name
+        return self
+
+
 class ClickHouse(Section):
     dsn: str = Field("http://127.0.0.1:8123/default",
                      description="http(s)://[user@]host:port/db[?password_file=PATH] or chdb://path")
     data_dir: str = ".infersight/clickhouse"
     retention: Retention = Retention()
+    tables: TableNames = Field(default_factory=TableNames)
 
     @field_validator("dsn")
     @classmethod

@@ -97,7 +97,7 @@ class DemoRun:
         except ClickHouseServerError as exc:
             raise StackError(f"embedded ClickHouse did not start: {exc}") from None
         client = server.client()
-        migrations.migrate(client, SchemaOptions(database="default", retention=config.clickhouse.retention))
+        migrations.migrate(client, SchemaOptions.from_config(config, "default"))
         client.close()
         try:
             receiver = ReceiverThread(Receiver(config, dsn=server.dsn("default", "writer"), http_listen="127.0.0.1:0",

@@ -116,16 +116,17 @@ def from_clickhouse(run, reader, base: float) -> dict[str, Any]:
     from infersight.pipelines.queries import library
     from infersight.pipelines.queries.report import Settings, write_report
     from infersight.pipelines.queries.window import Window
-    from infersight.pipelines.schema.ddl import TOKENS, TRACES
+    from infersight.pipelines.schema.ddl import Tables
 
     start, end = _utc(base), _utc(base + run.minutes * 60 + 120)
-    slowest = library.slowest(reader, "default", start, end, by="ttft", limit=5)
+    tables = Tables.from_config(run.config)
+    slowest = library.slowest(reader, "default", start, end, by="ttft", limit=5, tables=tables)
     chains: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for attempt in library.retries(reader, "default", start, end, limit=10_000):
+    for attempt in library.retries(reader, "default", start, end, limit=10_000, tables=tables):
         chains[attempt["trace_id"]].append(attempt)
     for row in slowest:
         row["attempts"] = _attempts(chains.get(row["trace_id"], []))
-    failed = [r for r in library.attempt_failures(reader, "default", start, end) if r["failed_attempts"]]
+    failed = [r for r in library.attempt_failures(reader, "default", start, end, tables=tables) if r["failed_attempts"]]
     neighbours: list[dict[str, Any]] = []
     stall: dict[str, Any] | None = None
     if slowest and slowest[0]["instance"]:
@@ -133,7 +134,7 @@ def from_clickhouse(run, reader, base: float) -> dict[str, Any]:
         # Its longest token gap, and what else was on its instance at that second (from ClickHouse),
         # beside what the simulated instance was doing then (from the simulator's decode steps).
         at = worst["stall_at"] or worst["started"] + dt.timedelta(milliseconds=(worst["ttft_ms"] or 0) / 2)
-        neighbours = library.neighbors(reader, "default", worst["instance"], at)
+        neighbours = library.neighbors(reader, "default", worst["instance"], at, tables=tables)
         stall = {"trace_id": worst["trace_id"], "instance": worst["instance"], "at": at,
                  "gap_ms": worst["max_gap_ms"], "simulated": None}
         moment = run.decode_log.moment(worst["instance"], (at - start).total_seconds()) if run.decode_log else None
@@ -141,12 +142,12 @@ def from_clickhouse(run, reader, base: float) -> dict[str, Any]:
             stall["simulated"] = {"decoding": moment.decoding, "prefilling": moment.prefilling,
                                   "waiting": moment.waiting, "kv_usage": round(moment.kv_usage, 3),
                                   "step_ms": None if moment.step_s is None else round(moment.step_s * 1000, 1)}
-    stalls = library.window_stalls(reader, "default", start, end, min_gap_ms=STALL_MS)
-    pools = library.compare_pools(reader, "default", start, end)
+    stalls = library.window_stalls(reader, "default", start, end, min_gap_ms=STALL_MS, tables=tables)
+    pools = library.compare_pools(reader, "default", start, end, tables=tables)
     report = write_report(reader, "default", Window(start, end), run.out / "report", min_gap_ms=STALL_MS,
                           prometheus_url=None, settings=Settings.from_config(run.config))
-    spans = reader.query(f"SELECT count(), countIf(IsRequest) FROM {TRACES}").result_rows[0]
-    tokens = reader.query(f"SELECT count() FROM {TOKENS}").result_rows[0][0]
+    spans = reader.query(f"SELECT count(), countIf(IsRequest) FROM {tables.traces}").result_rows[0]
+    tokens = reader.query(f"SELECT count() FROM {tables.token_events}").result_rows[0][0]
     return {
         "spans_stored": spans[0], "request_spans": spans[1], "token_rows": tokens,
         "incident_clock": {"start": start, "end": end,

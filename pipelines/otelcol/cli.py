@@ -43,7 +43,9 @@ def run_check(args, config) -> int:
     except yaml.YAMLError as exc:
         print(f"infersight otelcol check: {args.file} is not valid YAML: {exc}", file=sys.stderr)
         return 2
-    problems = check(document)
+    from infersight.pipelines.schema.ddl import Tables
+
+    problems = check(document, Tables.from_config(config).traces)
     for problem in problems:
         print(f"{args.file}: {problem}", file=sys.stderr)
     if not problems:

@@ -144,6 +144,9 @@ def render(config: Config, name: str = "collector") -> str:
     document = yaml.safe_load(ENV.sub(lambda m: values[m.group(1)], template))
     notes = []
     if "clickhouse" in (document.get("exporters") or {}):
+        from infersight.pipelines.schema.ddl import Tables
+
+        document["exporters"]["clickhouse"]["traces_table_name"] = Tables.from_config(config).traces
         notes.append(_password_note(config, dsn_mod.parse(config.clickhouse.dsn, must_exist=False)))
     if not config.pipeline.store_content:
         add_content_filter(document)
@@ -188,8 +191,9 @@ def add_bearer_token(document: dict, token_file: str) -> None:
         balancer["protocol"]["otlp"]["auth"] = {"authenticator": AUTH_EXTENSION}
 
 
-def check(document: dict) -> list[str]:
-    """Problems found in a Collector configuration (empty when it is sound)."""
+def check(document: dict, traces_table: str | None = None) -> list[str]:
+    """Problems found in a Collector configuration (empty when it is sound); ``traces_table`` is the
+    trace table our views read (clickhouse.tables.traces; the schema's name when None)."""
     problems: list[str] = []
     if not isinstance(document, dict):
         return ["not an OpenTelemetry Collector config: the top level must be a mapping"]
@@ -232,21 +236,24 @@ def check(document: dict) -> list[str]:
         if "tail_sampling" in processors and "batch" in processors \
                 and processors.index("batch") < processors.index("tail_sampling"):
             problems.append(f"service.pipelines.{pipeline}: batch must come after tail_sampling")
-    problems += _check_clickhouse(document.get("exporters", {}).get("clickhouse"))
+    problems += _check_clickhouse(document.get("exporters", {}).get("clickhouse"), traces_table)
     problems += _check_sampling(document.get("processors", {}).get("tail_sampling"))
     return problems
 
 
-def _check_clickhouse(exporter: dict | None) -> list[str]:
+def _check_clickhouse(exporter: dict | None, traces_table: str | None) -> list[str]:
     if exporter is None:
         return []
     from infersight.pipelines.schema import ddl
 
+    traces_table = traces_table or ddl.DEFAULT_TABLES.traces
     problems = []
     if exporter.get("create_schema", True) is not False:
         problems.append("exporters.clickhouse.create_schema must be false: `infersight db migrate` owns the DDL")
-    if exporter.get("traces_table_name", "otel_traces") != ddl.TRACES:
-        problems.append(f"exporters.clickhouse.traces_table_name must be {ddl.TRACES} (the table our views read)")
+    # The exporter's own default is the schema's default name.
+    if exporter.get("traces_table_name", ddl.DEFAULT_TABLES.traces) != traces_table:
+        problems.append(f"exporters.clickhouse.traces_table_name must be {traces_table} (the table our views read; "
+                        "clickhouse.tables.traces)")
     if "ttl" in exporter:
         problems.append("exporters.clickhouse.ttl: retention is set by clickhouse.retention and the migrations")
     return problems

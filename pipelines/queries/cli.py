@@ -153,12 +153,14 @@ def _guarded(handler: Callable) -> Callable:
 
 
 def _store(args, config):
-    """(client, database) from --dsn or the config."""
+    """(client, database, table names) from --dsn and the config."""
     from infersight.pipelines.schema.connection import connect, database_of
+    from infersight.pipelines.schema.ddl import Tables
 
     dsn = getattr(args, "dsn", None) or config.clickhouse.dsn
     # The embedded store's read-only reader unless the DSN names a user.
-    return connect(dsn, role="reader", data_dir=config.clickhouse.data_dir), database_of(dsn)
+    return (connect(dsn, role="reader", data_dir=config.clickhouse.data_dir), database_of(dsn),
+            Tables.from_config(config))
 
 
 def _window(args, default: str = "1h"):
@@ -167,7 +169,7 @@ def _window(args, default: str = "1h"):
     return resolve(args.since, args.start, args.end, default_since=default)
 
 
-def _require_known(client, db: str, window, **filters) -> None:
+def _require_known(client, db: str, window, tables, **filters) -> None:
     """Refuse a filter value with no requests in the window, naming the values that do have some.
 
     Without this a typo (``--pool canry``) and a quiet pool both print "(no rows)"; only one of
@@ -179,7 +181,7 @@ def _require_known(client, db: str, window, **filters) -> None:
         wanted = (values,) if isinstance(values, str) else tuple(values or ())
         if not wanted:
             continue
-        known = library.dimension_values(client, db, window.start, window.end, dimension)
+        known = library.dimension_values(client, db, window.start, window.end, dimension, tables=tables)
         missing = [v for v in wanted if v not in known]
         if missing:
             names = ", ".join(repr(v) for v in missing)
@@ -196,12 +198,12 @@ def run_slowest(args, config) -> int:
     from infersight.pipelines.queries import library
 
     window = _window(args)
-    client, db = _store(args, config)
+    client, db, tables = _store(args, config)
     filters = {"model": args.model, "instance": args.instance, "pool": args.pool, "strategy": args.strategy,
                "service": args.service}
-    _require_known(client, db, window, **filters)
+    _require_known(client, db, window, **filters, tables=tables)
     rows = library.slowest(client, db, window.start, window.end, by=args.by, limit=args.limit, status=args.status,
-                           **filters)
+                           **filters, tables=tables)
     _print(rows, args, ["trace_id", "started", "service", "instance", "pool", "outcome", "ttft_ms", "e2e_ms",
                         "max_gap_ms", "input_tokens", "output_tokens"])
     return 0
@@ -218,13 +220,13 @@ def run_show(args, config) -> int:
     from infersight.pipelines.queries import library
 
     trace_id = _trace_id(args.trace_id)
-    client, db = _store(args, config)
+    client, db, tables = _store(args, config)
     try:
-        spans = library.trace_spans(client, db, trace_id)
+        spans = library.trace_spans(client, db, trace_id, tables=tables)
     except library.TraceNotFound:
         raise UserError(f"no trace {trace_id} in database {db!r} (older than the retention, or never stored)") from None
-    tokens = library.token_timeline(client, db, trace_id)
-    stalls = library.trace_stalls(client, db, trace_id, top=3)
+    tokens = library.token_timeline(client, db, trace_id, tables=tables)
+    stalls = library.trace_stalls(client, db, trace_id, top=3, tables=tables)
     if args.format == "json":
         import json
 
@@ -279,18 +281,18 @@ def run_stalls(args, config) -> int:
     from infersight.pipelines.queries import library
 
     trace_id = _trace_id(args.trace_id) if args.trace_id else None
-    client, db = _store(args, config)
+    client, db, tables = _store(args, config)
     if trace_id:
-        rows = library.trace_stalls(client, db, trace_id, top=args.top)
-        if not rows and not library.token_timeline(client, db, trace_id):
+        rows = library.trace_stalls(client, db, trace_id, top=args.top, tables=tables)
+        if not rows and not library.token_timeline(client, db, trace_id, tables=tables):
             raise UserError(f"no token timeline for trace {trace_id} in database {db!r} "
                             "(unknown trace, or its timeline was not kept by tail sampling)")
         _print(rows, args, ["token_index", "gap_ms", "gap_started", "gap_offset_ms", "instance"])
         return 0
     window = _window(args)
-    _require_known(client, db, window, instance=args.instance, service=args.service)
+    _require_known(client, db, window, instance=args.instance, service=args.service, tables=tables)
     rows = library.window_stalls(client, db, window.start, window.end, min_gap_ms=args.min_gap_ms,
-                                 instance=args.instance, service=args.service)
+                                 instance=args.instance, service=args.service, tables=tables)
     _print(rows, args, ["minute", "instance", "requests", "max_gap_ms", "mean_gap_ms", "first_stall_at",
                         "example_traces"])
     return 0
@@ -303,10 +305,10 @@ def run_neighbors(args, config) -> int:
     at, lookback = parse_time(args.at), parse_duration(args.lookback)
     if not dt.timedelta(0) < lookback <= dt.timedelta(days=1):
         raise UserError(f"--lookback {args.lookback} is out of range; give a duration from 1s to 1d, e.g. 15m")
-    client, db = _store(args, config)
+    client, db, tables = _store(args, config)
     _require_known(client, db, Window(at - lookback, at + dt.timedelta(microseconds=1)), instance=args.instance,
-                   service=args.service)
-    rows = library.neighbors(client, db, args.instance, at, lookback=lookback, service=args.service)
+                   service=args.service, tables=tables)
+    rows = library.neighbors(client, db, args.instance, at, lookback=lookback, service=args.service, tables=tables)
     _print(rows, args, ["trace_id", "phase", "running_for_ms", "prompt_tokens", "cached_tokens", "prefix_cached",
                         "output_tokens", "ttft_ms", "e2e_ms", "outcome"])
     return 0
@@ -316,8 +318,9 @@ def run_retries(args, config) -> int:
     from infersight.pipelines.queries import library
 
     window = _window(args)
-    client, db = _store(args, config)
-    rows = library.retries(client, db, window.start, window.end, min_attempts=args.min_attempts, limit=args.limit)
+    client, db, tables = _store(args, config)
+    rows = library.retries(client, db, window.start, window.end, min_attempts=args.min_attempts, limit=args.limit,
+                           tables=tables)
     _print(rows, args, ["trace_id", "attempt", "instance", "started", "duration_ms", "status", "error",
                         "backoff_ms", "gap_ms"])
     return 0
@@ -327,10 +330,10 @@ def run_percentiles(args, config) -> int:
     from infersight.pipelines.queries import library
 
     window = _window(args)
-    client, db = _store(args, config)
-    _require_known(client, db, window, service=args.service, pool=args.pool, instance=args.instance)
+    client, db, tables = _store(args, config)
+    _require_known(client, db, window, service=args.service, pool=args.pool, instance=args.instance, tables=tables)
     rows = library.percentiles(client, db, window.start, window.end, by=args.by, metric=args.metric,
-                               service=args.service, pool=args.pool, instance=args.instance)
+                               service=args.service, pool=args.pool, instance=args.instance, tables=tables)
     _print(rows, args, ["minute", "service", args.by, "requests", "errors",
                         *(f"{args.metric}_{p}_ms" for p in ("p50", "p95", "p99"))])
     return 0
@@ -340,9 +343,10 @@ def run_compare(args, config) -> int:
     from infersight.pipelines.queries import library
 
     window = _window(args)
-    client, db = _store(args, config)
-    _require_known(client, db, window, service=args.service, pool=args.pools)
-    rows = library.compare_pools(client, db, window.start, window.end, service=args.service, pools=args.pools or ())
+    client, db, tables = _store(args, config)
+    _require_known(client, db, window, service=args.service, pool=args.pools, tables=tables)
+    rows = library.compare_pools(client, db, window.start, window.end, service=args.service, pools=args.pools or (),
+                                 tables=tables)
     _print(rows, args, ["service", "pool", "requests", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tokens_per_s",
                         "error_rate"])
     return 0
@@ -357,9 +361,9 @@ def run_report(args, config) -> int:
     if args.grafana and not args.grafana.startswith(("http://", "https://")):
         raise UserError(f"--grafana {args.grafana!r} is not a URL; e.g. http://127.0.0.1:3000")
     folder = output_folder(args.out)
-    client, db = _store(args, config)
+    client, db, tables = _store(args, config)
     if args.service:
-        _require_known(client, db, window, service=args.service)
+        _require_known(client, db, window, service=args.service, tables=tables)
     prometheus = args.prometheus if args.prometheus is not None else config.prometheus.url
     if prometheus and prometheus.lower() == "none":
         prometheus = None

@@ -4,7 +4,9 @@ Every value a user supplies -- database, trace id, instance, pool, model, times,
 bound as a server-side parameter (``{name:Type}``, the database as ``{db:Identifier}``); the SQL
 text is constant, so no input can change what a query does. Choices between columns (sort by TTFT
 or e2e, group by instance or pool) pick from fixed fragments, never from user text; table names come
-from the schema module (:mod:`infersight.pipelines.schema.ddl`), never typed here.
+from the schema module (:class:`infersight.pipelines.schema.ddl.Tables`, ``tables=``, the schema's own
+names by default; ``clickhouse.tables`` in the config renames them), never typed here, and are bound
+as identifiers like the database.
 
 A trace holds one *request span* per service that saw the request (gateway, proxy, engine); a
 query that lists requests keeps one row per trace (``LIMIT 1 BY TraceId``) unless a service is given.
@@ -17,7 +19,7 @@ import datetime as dt
 from typing import Any
 
 from infersight import attributes as attr
-from infersight.pipelines.schema.ddl import QUANTILE_LEVELS, REQUESTS_1M, TOKENS, TRACE_ID_TS, TRACES
+from infersight.pipelines.schema.ddl import DEFAULT_TABLES, QUANTILE_LEVELS, Tables
 
 SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration", "gap": "TokenGapMaxMs"}
 GROUP_COLUMNS = {"instance": "Instance", "pool": "Pool", "model": "Model", "strategy": "Strategy"}
@@ -44,6 +46,12 @@ class TraceNotFound(LookupError):
     """No span with this trace id (it may be older than the retention)."""
 
 
+def _at(db: str, tables: Tables) -> dict[str, str]:
+    """The database and table names, bound as identifiers like every other value."""
+    return {"db": db, "t_traces": tables.traces, "t_trace_id_ts": tables.trace_id_ts, "t_tokens": tables.token_events,
+            "t_requests_1m": tables.requests_1m}
+
+
 def _rows(client, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     # Naive datetimes here mean UTC; marked so, clickhouse-connect converts them to the server's time zone.
     bound = {k: v.replace(tzinfo=dt.UTC) if isinstance(v, dt.datetime) and v.tzinfo is None else v
@@ -58,7 +66,7 @@ def _filters(model: str = "", instance: str = "", pool: str = "", strategy: str 
 
 
 def slowest(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "ttft", limit: int = 20,
-            **filters: str) -> list[dict[str, Any]]:
+            tables: Tables = DEFAULT_TABLES, **filters: str) -> list[dict[str, Any]]:
     """The slowest requests in ``[start, end)`` by TTFT, e2e duration or longest gap, one row per trace.
 
     Two phases: rank only (TraceId, SpanId, sort key), then fetch the columns of the winners;
@@ -72,18 +80,18 @@ SELECT TraceId AS trace_id, Timestamp AS started, ServiceName AS service, Model 
        round(Duration / 1e6, 1) AS e2e_ms, round(TokenGapMaxMs, 1) AS max_gap_ms,
        if(TokenStallOffsetMs IS NULL, NULL, addMicroseconds(Timestamp, toInt64(TokenStallOffsetMs * 1000))) AS stall_at,
        InputTokens AS input_tokens, OutputTokens AS output_tokens
-FROM {{db:Identifier}}.{TRACES}
+FROM {{db:Identifier}}.{{t_traces:Identifier}}
 WHERE {window} AND (TraceId, SpanId) IN (
-    SELECT TraceId, SpanId FROM {{db:Identifier}}.{TRACES}
+    SELECT TraceId, SpanId FROM {{db:Identifier}}.{{t_traces:Identifier}}
     WHERE {window} AND IsRequest {REQUEST_FILTERS}
     ORDER BY {order} DESC NULLS LAST, Timestamp
     LIMIT 1 BY TraceId
     LIMIT {{limit:UInt32}})
 ORDER BY {order} DESC NULLS LAST, Timestamp"""
-    return _rows(client, sql, {"db": db, "start": start, "end": end, "limit": limit, **_filters(**filters)})
+    return _rows(client, sql, {**_at(db, tables), "start": start, "end": end, "limit": limit, **_filters(**filters)})
 
 
-def trace_spans(client, db: str, trace_id: str) -> list[dict[str, Any]]:
+def trace_spans(client, db: str, trace_id: str, tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """The span tree of one trace, depth-first, with the attributes that explain each step.
 
     The exporter's TraceId -> (Start, End) lookup bounds the time range in the same query, so the
@@ -96,16 +104,16 @@ def trace_spans(client, db: str, trace_id: str) -> list[dict[str, Any]]:
     """
     rows = _rows(client, f"""
 WITH (SELECT (toDateTime64(min(Start), 9), toDateTime64(max(End), 9) + toIntervalSecond(1))
-      FROM {{db:Identifier}}.{TRACE_ID_TS} WHERE TraceId = {{trace:String}}) AS span_range
+      FROM {{db:Identifier}}.{{t_trace_id_ts:Identifier}} WHERE TraceId = {{trace:String}}) AS span_range
 SELECT SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, SpanName AS name, Timestamp AS started,
        round(Duration / 1e6, 2) AS duration_ms, {SPAN_STATUS} AS status, Instance AS instance, Pool AS pool,
        Outcome AS outcome, TtftMs AS ttft_ms, RetryAttempt AS attempt,
        Strategy AS strategy, RoutingCandidates AS candidates, PrefixCacheRatio AS prefix_cache_ratio,
        nullIf(InputTokens, 0) AS input_tokens, nullIf(CachedInputTokens, 0) AS cached_input_tokens,
        nullIf(OutputTokens, 0) AS output_tokens
-FROM {{db:Identifier}}.{TRACES}
+FROM {{db:Identifier}}.{{t_traces:Identifier}}
 WHERE TraceId = {{trace:String}} AND Timestamp >= span_range.1 AND Timestamp < span_range.2
-ORDER BY Timestamp, SpanId""", {"db": db, "trace": trace_id})
+ORDER BY Timestamp, SpanId""", {**_at(db, tables), "trace": trace_id})
     if not rows:
         raise TraceNotFound(trace_id)
     return _tree_order(rows)
@@ -132,30 +140,30 @@ def _tree_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ordered
 
 
-def token_timeline(client, db: str, trace_id: str) -> list[dict[str, Any]]:
+def token_timeline(client, db: str, trace_id: str, tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """Every kept token of a trace (empty when its timeline was not sampled)."""
-    return _rows(client, f"""
+    return _rows(client, """
 SELECT SpanId AS span_id, ServiceName AS service, Instance AS instance, TokenIndex AS token_index,
        Timestamp AS at, round(OffsetUs / 1000, 3) AS offset_ms, round(GapUs / 1000, 3) AS gap_ms
-FROM {{db:Identifier}}.{TOKENS}
-WHERE TraceId = {{trace:String}}
-ORDER BY SpanId, TokenIndex""", {"db": db, "trace": trace_id})
+FROM {db:Identifier}.{t_tokens:Identifier}
+WHERE TraceId = {trace:String}
+ORDER BY SpanId, TokenIndex""", {**_at(db, tables), "trace": trace_id})
 
 
-def trace_stalls(client, db: str, trace_id: str, top: int = 5) -> list[dict[str, Any]]:
+def trace_stalls(client, db: str, trace_id: str, top: int = 5, tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """The longest inter-token gaps of one trace and when each started."""
-    return _rows(client, f"""
+    return _rows(client, """
 SELECT Instance AS instance, TokenIndex AS token_index, round(GapUs / 1000, 1) AS gap_ms,
        subtractMicroseconds(Timestamp, GapUs) AS gap_started, round((OffsetUs - GapUs) / 1000, 1) AS gap_offset_ms
-FROM {{db:Identifier}}.{TOKENS}
-WHERE TraceId = {{trace:String}} AND TokenIndex > 0
+FROM {db:Identifier}.{t_tokens:Identifier}
+WHERE TraceId = {trace:String} AND TokenIndex > 0
 ORDER BY GapUs DESC, TokenIndex
 LIMIT 1 BY TokenIndex
-LIMIT {{top:UInt32}}""", {"db": db, "trace": trace_id, "top": top})
+LIMIT {top:UInt32}""", {**_at(db, tables), "trace": trace_id, "top": top})
 
 
 def window_stalls(client, db: str, start: dt.datetime, end: dt.datetime, min_gap_ms: float = 500.0,
-                  **filters: str) -> list[dict[str, Any]]:
+                  tables: Tables = DEFAULT_TABLES, **filters: str) -> list[dict[str, Any]]:
     """Requests whose longest inter-token gap exceeded ``min_gap_ms``, by instance and minute of the stall,
     with the trace ids of the (up to) three worst as examples."""
     return _rows(client, f"""
@@ -167,25 +175,26 @@ FROM (
     SELECT TraceId AS trace, Instance AS instance, TokenGapMaxMs AS gap,
            addMicroseconds(Timestamp, toInt64(ifNull(TokenStallOffsetMs, 0) * 1000)) AS stall_at,
            toStartOfMinute(stall_at) AS minute
-    FROM {{db:Identifier}}.{TRACES}
+    FROM {{db:Identifier}}.{{t_traces:Identifier}}
     WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND IsRequest
       AND TokenGapMaxMs > {{min_gap:Float64}} {REQUEST_FILTERS}
     ORDER BY gap DESC
     LIMIT 1 BY TraceId
 )
 GROUP BY instance, minute
-ORDER BY minute, instance""", {"db": db, "start": start, "end": end, "min_gap": min_gap_ms, **_filters(**filters)})
+ORDER BY minute, instance""", {**_at(db, tables),
+                               "start": start, "end": end, "min_gap": min_gap_ms, **_filters(**filters)})
 
 
 def neighbors(client, db: str, instance: str, at: dt.datetime, lookback: dt.timedelta = dt.timedelta(minutes=15),
-              service: str = "") -> list[dict[str, Any]]:
+              service: str = "", tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """What else was on ``instance`` at the instant ``at``: queued, in prefill or in decode.
 
     The phase comes from the request span's own timing: queued until ``llm.queue_ms``, in prefill
     until the first token (``llm.ttft_ms``), decoding after. Requests longer than ``lookback`` are
     not searched for (they would have to start before ``at - lookback``).
     """
-    return _rows(client, f"""
+    return _rows(client, """
 SELECT TraceId AS trace_id, ServiceName AS service, phase, round(elapsed_ms, 1) AS running_for_ms,
        InputTokens AS prompt_tokens, CachedInputTokens AS cached_tokens, toBool(CachedInputTokens > 0) AS prefix_cached,
        OutputTokens AS output_tokens, round(TtftMs, 1) AS ttft_ms, round(Duration / 1e6, 1) AS e2e_ms,
@@ -193,25 +202,25 @@ SELECT TraceId AS trace_id, ServiceName AS service, phase, round(elapsed_ms, 1) 
 FROM (
     SELECT TraceId, ServiceName, InputTokens, CachedInputTokens, OutputTokens, TtftMs, QueueMs, Duration, Outcome,
            Timestamp,
-           dateDiff('microsecond', Timestamp, {{at:DateTime64(9)}}) / 1000 AS elapsed_ms,
+           dateDiff('microsecond', Timestamp, {at:DateTime64(9)}) / 1000 AS elapsed_ms,
            multiIf(elapsed_ms < ifNull(QueueMs, 0), 'queued', TtftMs IS NULL OR elapsed_ms < TtftMs, 'prefill',
                    'decode') AS phase
-    FROM {{db:Identifier}}.{TRACES}
-    WHERE Timestamp <= {{at:DateTime64(9)}}
-      AND Timestamp >= subtractMicroseconds({{at:DateTime64(9)}}, {{lookback_us:Int64}})
-      AND IsRequest AND Instance = {{instance:String}}
-      AND ({{service:String}} = '' OR ServiceName = {{service:String}})
-      AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) >= {{at:DateTime64(9)}}
+    FROM {db:Identifier}.{t_traces:Identifier}
+    WHERE Timestamp <= {at:DateTime64(9)}
+      AND Timestamp >= subtractMicroseconds({at:DateTime64(9)}, {lookback_us:Int64})
+      AND IsRequest AND Instance = {instance:String}
+      AND ({service:String} = '' OR ServiceName = {service:String})
+      AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) >= {at:DateTime64(9)}
     ORDER BY Timestamp DESC
     LIMIT 1 BY TraceId
 )
 ORDER BY phase = 'decode', InputTokens DESC, trace_id""",
-                 {"db": db, "instance": instance, "at": at, "lookback_us": int(lookback.total_seconds() * 1e6),
+                 {**_at(db, tables), "instance": instance, "at": at, "lookback_us": int(lookback.total_seconds() * 1e6),
                   "service": service or ""})
 
 
 def retries(client, db: str, start: dt.datetime, end: dt.datetime, min_attempts: int = 2,
-            limit: int = 100) -> list[dict[str, Any]]:
+            limit: int = 100, tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """Retry chains: every attempt (``upstream`` span) of requests tried at least ``min_attempts`` times.
 
     ``status`` is ``error`` or ``ok``, ``error`` the attempt's ``error.type`` (timeout, 503...);
@@ -225,10 +234,10 @@ SELECT TraceId AS trace_id, RetryAttempt AS attempt, Instance AS instance, Times
        toFloat64OrNull(SpanAttributes[{{k_backoff:String}}]) AS backoff_ms,
        if(RetryAttempt = 0, NULL, round(dateDiff('microsecond',
            lagInFrame(addMicroseconds(Timestamp, intDiv(Duration, 1000))) OVER chain, Timestamp) / 1000, 1)) AS gap_ms
-FROM {{db:Identifier}}.{TRACES}
+FROM {{db:Identifier}}.{{t_traces:Identifier}}
 WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND SpanName = {{upstream:String}}
   AND TraceId IN (
-      SELECT TraceId FROM {{db:Identifier}}.{TRACES}
+      SELECT TraceId FROM {{db:Identifier}}.{{t_traces:Identifier}}
       WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}}
         AND SpanName = {{upstream:String}}
       GROUP BY TraceId HAVING uniqExact(RetryAttempt) >= {{min_attempts:UInt16}}
@@ -236,12 +245,13 @@ WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}}
 WINDOW chain AS (PARTITION BY TraceId ORDER BY RetryAttempt, Timestamp
                  ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
 ORDER BY min(Timestamp) OVER (PARTITION BY TraceId), trace_id, attempt""",
-                 {"db": db, "start": start, "end": end, "min_attempts": min_attempts, "limit": limit,
+                 {**_at(db, tables), "start": start, "end": end, "min_attempts": min_attempts, "limit": limit,
                   "k_backoff": attr.RETRY_BACKOFF_MS, "k_error": attr.ERROR_TYPE, "upstream": attr.SPAN_UPSTREAM})
 
 
 def percentiles(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "instance", metric: str = "ttft",
-                service: str = "", pool: str = "", instance: str = "") -> list[dict[str, Any]]:
+                service: str = "", pool: str = "", instance: str = "",
+                tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """p50, p95, p99 of TTFT (or TPOT, e2e) per minute and per instance (or pool, model...), from the rollup."""
     key, state = GROUP_COLUMNS[by], PERCENTILE_METRICS[metric]
     return _rows(client, f"""
@@ -250,19 +260,19 @@ SELECT minute, service, {by}, requests, errors, round(q[1], 1) AS {metric}_p50_m
 FROM (
     SELECT Minute AS minute, ServiceName AS service, {key} AS {by}, sum(Requests) AS requests,
            sum(Errors) + sum(Timeouts) AS errors, quantilesMerge({QUANTILE_LEVELS})({state}) AS q
-    FROM {{db:Identifier}}.{REQUESTS_1M}
+    FROM {{db:Identifier}}.{{t_requests_1m:Identifier}}
     WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
       AND ({{service:String}} = '' OR ServiceName = {{service:String}})
       AND ({{pool:String}} = '' OR Pool = {{pool:String}})
       AND ({{instance:String}} = '' OR Instance = {{instance:String}})
     GROUP BY minute, service, {by})
 ORDER BY minute, service, {by}""",
-                 {"db": db, "start": start, "end": end, "service": service or "", "pool": pool or "",
+                 {**_at(db, tables), "start": start, "end": end, "service": service or "", "pool": pool or "",
                   "instance": instance or ""})
 
 
 def compare_pools(client, db: str, start: dt.datetime, end: dt.datetime, service: str = "",
-                  pools: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+                  pools: tuple[str, ...] = (), tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """Canary vs stable (or any pools) side by side: TTFT percentiles, tokens/s and error rate.
 
     Error rate counts errors, timeouts and rejections (cancellations are the client's choice);
@@ -276,15 +286,17 @@ FROM (
            quantilesMerge({QUANTILE_LEVELS})(TtftMs) AS ttft,
            round(if(sum(DecodeSeconds) > 0, sum(OutputTokens) / sum(DecodeSeconds), NULL), 1) AS tokens_per_s,
            round((sum(Errors) + sum(Timeouts) + sum(Rejected)) / sum(Requests), 4) AS error_rate
-    FROM {{db:Identifier}}.{REQUESTS_1M}
+    FROM {{db:Identifier}}.{{t_requests_1m:Identifier}}
     WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
       AND ({{service:String}} = '' OR ServiceName = {{service:String}})
       AND (empty({{pools:Array(String)}}) OR has({{pools:Array(String)}}, Pool))
     GROUP BY service, pool)
-ORDER BY service, pool""", {"db": db, "start": start, "end": end, "service": service or "", "pools": list(pools)})
+ORDER BY service, pool""", {**_at(db, tables),
+                            "start": start, "end": end, "service": service or "", "pools": list(pools)})
 
 
-def dimension_values(client, db: str, start: dt.datetime, end: dt.datetime, dimension: str) -> list[str]:
+def dimension_values(client, db: str, start: dt.datetime, end: dt.datetime, dimension: str,
+                     tables: Tables = DEFAULT_TABLES) -> list[str]:
     """The values of ``dimension`` (pool, instance, model...) that have requests in the window, from the rollup.
 
     Lets the CLI tell a filter that matches nothing ("no pool 'nosuch'; pools here: canary, stable")
@@ -292,18 +304,19 @@ def dimension_values(client, db: str, start: dt.datetime, end: dt.datetime, dime
     """
     column = DIMENSIONS[dimension]
     return [row["value"] for row in _rows(client, f"""
-SELECT DISTINCT {column} AS value FROM {{db:Identifier}}.{REQUESTS_1M}
+SELECT DISTINCT {column} AS value FROM {{db:Identifier}}.{{t_requests_1m:Identifier}}
 WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}} AND {column} != ''
-ORDER BY value""", {"db": db, "start": start, "end": end})]
+ORDER BY value""", {**_at(db, tables), "start": start, "end": end})]
 
 
-def attempt_failures(client, db: str, start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
+def attempt_failures(client, db: str, start: dt.datetime, end: dt.datetime,
+                     tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """Upstream attempts per instance: how many failed, with what ``error.type``, how fast, and when.
 
     A request retried to success ends ``success``, so a pool whose every first attempt fails can
     show a 0% request error rate; counting attempts shows where they failed.
     """
-    return _rows(client, f"""
+    return _rows(client, """
 SELECT Instance AS instance, count() AS attempts, countIf(failed) AS failed_attempts,
        arraySort(groupUniqArrayIf(error_type, failed AND error_type != '')) AS errors,
        if(countIf(failed) = 0, NULL, round(quantileIf(0.5)(Duration / 1e6, failed), 1)) AS failed_median_ms,
@@ -312,25 +325,27 @@ SELECT Instance AS instance, count() AS attempts, countIf(failed) AS failed_atte
        uniqExactIf(TraceId, failed) AS requests_hit
 FROM (
     SELECT Instance, TraceId, Timestamp, Duration, StatusCode = 'Error' AS failed,
-           SpanAttributes[{{k_error:String}}] AS error_type
-    FROM {{db:Identifier}}.{TRACES}
-    WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND SpanName = {{upstream:String}})
+           SpanAttributes[{k_error:String}] AS error_type
+    FROM {db:Identifier}.{t_traces:Identifier}
+    WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND SpanName = {upstream:String})
 GROUP BY instance
 ORDER BY failed_attempts DESC, instance""",
-                 {"db": db, "start": start, "end": end, "k_error": attr.ERROR_TYPE, "upstream": attr.SPAN_UPSTREAM})
+                 {**_at(db, tables),
+                  "start": start, "end": end, "k_error": attr.ERROR_TYPE, "upstream": attr.SPAN_UPSTREAM})
 
 
-def instance_pools(client, db: str, start: dt.datetime, end: dt.datetime) -> dict[str, str]:
+def instance_pools(client, db: str, start: dt.datetime, end: dt.datetime,
+                   tables: Tables = DEFAULT_TABLES) -> dict[str, str]:
     """{instance: pool} of the instances that served requests in the window (from the rollup)."""
-    rows = _rows(client, f"""
-SELECT Instance AS instance, any(Pool) AS pool FROM {{db:Identifier}}.{REQUESTS_1M}
-WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}} AND Instance != ''
-GROUP BY instance""", {"db": db, "start": start, "end": end})
+    rows = _rows(client, """
+SELECT Instance AS instance, any(Pool) AS pool FROM {db:Identifier}.{t_requests_1m:Identifier}
+WHERE Minute >= toStartOfMinute({start:DateTime}) AND Minute < {end:DateTime64(9)} AND Instance != ''
+GROUP BY instance""", {**_at(db, tables), "start": start, "end": end})
     return {r["instance"]: r["pool"] for r in rows}
 
 
 def slo_impact(client, db: str, start: dt.datetime, end: dt.datetime, ttft_slo_ms: float,
-               service: str = "") -> dict[str, Any]:
+               service: str = "", tables: Tables = DEFAULT_TABLES) -> dict[str, Any]:
     """Requests in the window as their client saw them, against the TTFT SLO.
 
     One row per trace: its outermost request span (the earliest; the gateway's when there is one),
@@ -338,19 +353,20 @@ def slo_impact(client, db: str, start: dt.datetime, end: dt.datetime, ttft_slo_m
     or never came (failed, timed out); cancelled and rejected requests are counted apart. ``service``
     is the service most requests entered through (the gateway's, in a traced gateway).
     """
-    rows = _rows(client, f"""
-SELECT count() AS requests, countIf(has({{failed:Array(String)}}, Outcome)) AS failed,
-       countIf(Outcome = {{rejected:String}}) AS rejected, countIf(Outcome = {{cancelled:String}}) AS cancelled,
-       countIf(Outcome = {{success:String}} AND ifNull(TtftMs, 0) > {{slo:Float64}}) AS slow,
-       countIf(has({{failed:Array(String)}}, Outcome)
-               OR (Outcome = {{success:String}} AND ifNull(TtftMs, 0) > {{slo:Float64}})) AS over_slo,
+    rows = _rows(client, """
+SELECT count() AS requests, countIf(has({failed:Array(String)}, Outcome)) AS failed,
+       countIf(Outcome = {rejected:String}) AS rejected, countIf(Outcome = {cancelled:String}) AS cancelled,
+       countIf(Outcome = {success:String} AND ifNull(TtftMs, 0) > {slo:Float64}) AS slow,
+       countIf(has({failed:Array(String)}, Outcome)
+               OR (Outcome = {success:String} AND ifNull(TtftMs, 0) > {slo:Float64})) AS over_slo,
        round(quantile(0.95)(TtftMs), 1) AS ttft_p95_ms, topKIf(1)(ServiceName, ServiceName != '') AS top_service
 FROM (
-    SELECT TraceId, Outcome, TtftMs, ServiceName FROM {{db:Identifier}}.{TRACES}
-    WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND IsRequest
-      AND ({{service:String}} = '' OR ServiceName = {{service:String}})
+    SELECT TraceId, Outcome, TtftMs, ServiceName FROM {db:Identifier}.{t_traces:Identifier}
+    WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND IsRequest
+      AND ({service:String} = '' OR ServiceName = {service:String})
     ORDER BY Timestamp
-    LIMIT 1 BY TraceId)""", {"db": db, "start": start, "end": end, "slo": ttft_slo_ms, "service": service or "",
+    LIMIT 1 BY TraceId)""", {**_at(db, tables),
+                             "start": start, "end": end, "slo": ttft_slo_ms, "service": service or "",
                              "failed": [attr.Outcome.ERROR, attr.Outcome.TIMEOUT], "success": attr.Outcome.SUCCESS,
                              "rejected": attr.Outcome.REJECTED, "cancelled": attr.Outcome.CANCELLED})
     impact = rows[0]
@@ -360,7 +376,7 @@ FROM (
 
 
 def window_percentiles(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "instance",
-                       service: str = "") -> list[dict[str, Any]]:
+                       service: str = "", tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """TTFT p50/p95/p99 per service and instance (or pool...) over the whole window, from the rollup."""
     key = GROUP_COLUMNS[by]
     return _rows(client, f"""
@@ -369,8 +385,8 @@ SELECT service, {by}, requests, errors, round(q[1], 1) AS ttft_p50_ms, round(q[2
 FROM (
     SELECT ServiceName AS service, {key} AS {by}, sum(Requests) AS requests, sum(Errors) + sum(Timeouts) AS errors,
            quantilesMerge({QUANTILE_LEVELS})(TtftMs) AS q
-    FROM {{db:Identifier}}.{REQUESTS_1M}
+    FROM {{db:Identifier}}.{{t_requests_1m:Identifier}}
     WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
       AND ({{service:String}} = '' OR ServiceName = {{service:String}})
     GROUP BY service, {by})
-ORDER BY ttft_p95_ms DESC, service, {by}""", {"db": db, "start": start, "end": end, "service": service or ""})
+ORDER BY ttft_p95_ms DESC, service, {by}""", {**_at(db, tables), "start": start, "end": end, "service": service or ""})

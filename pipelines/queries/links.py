@@ -16,12 +16,13 @@ import urllib.parse
 
 from infersight.dashboards.datasources import CLICKHOUSE_UID
 from infersight.dashboards.traces import TRACE_VALUE, trace_link, trace_view_sql
+from infersight.pipelines.schema.ddl import DEFAULT_TABLES, Tables
 
 TRACE_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def trace_url(grafana_url: str, database: str, trace_id: str, around: tuple[dt.datetime, dt.datetime],
-              datasource_uid: str | None = None) -> str | None:
+              datasource_uid: str | None = None, tables: Tables = DEFAULT_TABLES) -> str | None:
     """Grafana Explore showing ``trace_id`` in the trace view, with the time range ``around`` (naive UTC).
 
     None for an id that is not 32 lowercase hex digits: the id goes into the query's SQL text, and a
@@ -30,9 +31,9 @@ def trace_url(grafana_url: str, database: str, trace_id: str, around: tuple[dt.d
     if not TRACE_ID.fullmatch(trace_id):
         return None
     uid = datasource_uid or CLICKHOUSE_UID
-    query = copy.deepcopy(trace_link(database)["internal"]["query"])
+    query = copy.deepcopy(trace_link(database, tables)["internal"]["query"])
     query["datasource"] = {"type": query["datasource"]["type"], "uid": uid}
-    query["rawSql"] = trace_view_sql(database, trace_id)
+    query["rawSql"] = trace_view_sql(database, trace_id, tables)
     query["builderOptions"]["meta"]["traceId"] = trace_id
     if TRACE_VALUE in json.dumps(query):
         raise RuntimeError("the dashboards' trace query gained a placeholder the report does not fill")

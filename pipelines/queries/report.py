@@ -18,6 +18,7 @@ from typing import Any
 from infersight.pipelines.queries import findings, library, plots
 from infersight.pipelines.queries.findings import Headline, Slo, Stall, clock
 from infersight.pipelines.queries.window import Window
+from infersight.pipelines.schema.ddl import DEFAULT_TABLES, Tables
 
 MAX_STALL_SECTIONS = 3
 MIN_MINUTES_FOR_TREND = 3  # fewer minutes make a per-minute chart of single dots: the bars say it better
@@ -35,6 +36,7 @@ class Settings:
     gateway_queue_limit: float | None = None
     instance_queue_limit: float | None = None
     bandwidth_saturation: float | None = None
+    tables: Tables = DEFAULT_TABLES  # clickhouse.tables: where the queries read
 
     @classmethod
     def from_config(cls, config, grafana_url: str | None = None) -> Settings:
@@ -46,7 +48,8 @@ class Settings:
         except ThresholdsError:  # a capacity model the alerts refuse: the line is left out, not invented
             instance_queue = None
         return cls(slo, grafana_url or config.grafana.url, config.grafana.clickhouse_datasource_uid,
-                   config.thresholds.gateway_queue_depth, instance_queue, config.thresholds.bandwidth_saturation)
+                   config.thresholds.gateway_queue_depth, instance_queue, config.thresholds.bandwidth_saturation,
+                   Tables.from_config(config))
 
 
 @dataclass
@@ -77,6 +80,7 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
                  service: str = "", prometheus_url: str | None = None, settings: Settings | None = None) -> Report:
     """Query, chart and write the report; returns the headline, the skipped parts and the files written."""
     settings = settings or Settings(Slo(1000.0, 0.99, 1000.0))
+    t = settings.tables
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.png"):  # a previous report's charts must not pass for this one's
@@ -85,22 +89,23 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
     charts: list[Path] = []
     skipped: list[str] = []
 
-    impact = library.slo_impact(client, db, start, end, settings.slo.ttft_ms, service=service)
+    impact = library.slo_impact(client, db, start, end, settings.slo.ttft_ms, service=service, tables=t)
     # Latency charts and the pools table as the entry service saw the requests: the engines behind a
     # traced gateway see the same requests again, and two lines per instance say nothing more.
     view = service or impact["service"]
-    pools = library.compare_pools(client, db, start, end, service=view)
-    stall_rows = library.window_stalls(client, db, start, end, min_gap_ms=min_gap_ms, service=service)
-    worst_rows = [r for r in library.slowest(client, db, start, end, by="gap", limit=worst, service=service)
+    pools = library.compare_pools(client, db, start, end, service=view, tables=t)
+    stall_rows = library.window_stalls(client, db, start, end, min_gap_ms=min_gap_ms, service=service, tables=t)
+    worst_rows = [r for r in library.slowest(client, db, start, end, by="gap", limit=worst, service=service,
+                                             tables=t)
                   if (r["max_gap_ms"] or 0) > min_gap_ms]
-    slowest = library.slowest(client, db, start, end, by="ttft", limit=10, service=service)
-    by_instance = library.window_percentiles(client, db, start, end, service=view)
-    per_minute = library.percentiles(client, db, start, end, by="instance", service=view)
-    retries = library.retries(client, db, start, end)
-    attempts = library.attempt_failures(client, db, start, end)
-    instance_pool = library.instance_pools(client, db, start, end)
+    slowest = library.slowest(client, db, start, end, by="ttft", limit=10, service=service, tables=t)
+    by_instance = library.window_percentiles(client, db, start, end, service=view, tables=t)
+    per_minute = library.percentiles(client, db, start, end, by="instance", service=view, tables=t)
+    retries = library.retries(client, db, start, end, tables=t)
+    attempts = library.attempt_failures(client, db, start, end, tables=t)
+    instance_pool = library.instance_pools(client, db, start, end, tables=t)
 
-    stalls = _stalls(client, db, worst_rows, stall_rows, service)
+    stalls = _stalls(client, db, worst_rows, stall_rows, service, settings.tables)
     if len(stalls) > MAX_STALL_SECTIONS:
         skipped.append(f"{len(stalls) - MAX_STALL_SECTIONS} more stalled instance(s) without their own section; "
                        "see the stalls table at the end")
@@ -113,7 +118,7 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
         charts.append(plots.ttft_by_instance(by_instance, settings.slo.ttft_p95_ms, folder / "ttft_by_instance.png"))
         sections.append(Section("Was time to first token within target?",
                                 [f"TTFT per instance over the whole window as {view} saw it, from the "
-                                 "llm_requests_1m rollup; the "
+                                 f"{settings.tables.requests_1m} rollup; the "
                                  f"target is the SLO's p95 of {settings.slo.ttft_p95_ms:,.0f} ms. "
                                  f"{findings.sentence_case(findings.slo_line(impact, settings.slo))}."],
                                 charts[-1].name, by_instance,
@@ -126,7 +131,7 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
                                 [f"p95 per minute and instance as {view} saw it; red bands are token stalls."],
                                 charts[-1].name))
 
-    timelines = [(r, library.token_timeline(client, db, r["trace_id"])) for r in worst_rows]
+    timelines = [(r, library.token_timeline(client, db, r["trace_id"], tables=t)) for r in worst_rows]
     for row, tokens in timelines:
         if not tokens:
             skipped.append(f"trace {row['trace_id']} stalled {row['max_gap_ms']:,.0f} ms on {row['instance']} at "
@@ -177,7 +182,7 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
     return Report(window, head, skipped, written + charts)
 
 
-def _stalls(client, db: str, worst_rows, stall_rows, service: str) -> list[Stall]:
+def _stalls(client, db: str, worst_rows, stall_rows, service: str, tables: Tables) -> list[Stall]:
     """One stall per instance, at its worst request's longest gap, with what ran there mid-gap.
 
     Neighbours are looked up in the middle of the gap, not at its start: the start is the last token
@@ -193,7 +198,7 @@ def _stalls(client, db: str, worst_rows, stall_rows, service: str) -> list[Stall
             continue
         gap = row["max_gap_ms"] or 0.0
         during = row["stall_at"] + dt.timedelta(milliseconds=gap / 2)
-        neighbors = (library.neighbors(client, db, row["instance"], during, service=service)
+        neighbors = (library.neighbors(client, db, row["instance"], during, service=service, tables=tables)
                      if len(stalls) < MAX_STALL_SECTIONS else [])
         stalls.append(Stall(row["instance"], row["stall_at"], gap, neighbors,
                             stalled_requests.get(row["instance"], 1)))
@@ -267,7 +272,8 @@ def _links(settings: Settings, db: str, window: Window, rows: list[dict[str, Any
             value = row.get(column)
             ids.update(value if isinstance(value, list) else [value] if value else [])
     around = (window.start - dt.timedelta(minutes=5), window.end + dt.timedelta(minutes=5))
-    urls = {i: trace_url(settings.grafana_url, db, i, around, settings.grafana_datasource_uid) for i in ids}
+    urls = {i: trace_url(settings.grafana_url, db, i, around, settings.grafana_datasource_uid, settings.tables)
+            for i in ids}
     return {i: u for i, u in urls.items() if u}
 
 

@@ -76,7 +76,7 @@ def run_up(args, config) -> int:
         return 1
     try:
         client = server.client()
-        applied = migrations.migrate(client, SchemaOptions(database=database, retention=config.clickhouse.retention))
+        applied = migrations.migrate(client, SchemaOptions.from_config(config, database))
         client.close()
         print(f"infersight up: ClickHouse at {server.url} (data in {server.data_dir}; writer and reader "
               f"passwords in {server.credentials.path}); {len(applied)} migration(s) applied", flush=True)

@@ -123,16 +123,17 @@ def settings(dedup_token: str | None = None, threads: int = 1) -> dict[str, str]
     return values
 
 
-def insert_query(database: str, store_content: bool = False, source: str | None = None) -> str:
-    """``INSERT INTO db.otel_traces (...) SELECT ... FROM input(...) FORMAT Protobuf``.
+def insert_query(database: str, store_content: bool = False, source: str | None = None,
+                 table: str = ddl.DEFAULT_TABLES.traces) -> str:
+    """``INSERT INTO db.<traces table> (...) SELECT ... FROM input(...) FORMAT Protobuf``.
 
     ``source`` replaces ``input(...)`` (e.g. ``file(path, 'Protobuf', STRUCTURE)`` for in-process chdb).
     """
     source = source or f"input({_literal(STRUCTURE)})"
     columns = ", ".join(f"`{c}`" for c in ddl.EXPORTER_INSERT_COLUMNS)
-    table = f"{ddl.identifier(database)}.{ddl.identifier(ddl.TRACES)}"
+    target = f"{ddl.identifier(database)}.{ddl.identifier(table)}"
     fmt = " FORMAT Protobuf" if source.startswith("input(") else ""
-    return f"INSERT INTO {table} ({columns})\n{select(store_content, source)}{fmt}"
+    return f"INSERT INTO {target} ({columns})\n{select(store_content, source)}{fmt}"
 
 
 def select(store_content: bool, source: str) -> str:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from infersight.pipelines.schema.ddl import TRACES
+from infersight.pipelines.schema.ddl import DEFAULT_TABLES
 from infersight.signals import pipeline as sig
 
 
 class PipelineMetrics:
     """One registry per receiver; the receiver serves it on its HTTP listener at ``/metrics``."""
 
-    def __init__(self, registry: CollectorRegistry | None = None):
+    def __init__(self, registry: CollectorRegistry | None = None, table: str = DEFAULT_TABLES.traces):
+        # table: the trace table the writer inserts into (clickhouse.tables.traces), the batches' label
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.received = sig.SPANS_RECEIVED.register(r)
@@ -19,8 +20,8 @@ class PipelineMetrics:
         self.rejected = sig.SPANS_REJECTED.register(r)
         self.truncated = sig.ATTRIBUTES_TRUNCATED.register(r)
         self.queue_depth = sig.QUEUE_DEPTH.register(r)
-        self.batch_rows = sig.BATCH_ROWS.register(r).labels(table=TRACES)
-        self.insert_duration = sig.INSERT_DURATION.register(r).labels(table=TRACES)
+        self.batch_rows = sig.BATCH_ROWS.register(r).labels(table=table)
+        self.insert_duration = sig.INSERT_DURATION.register(r).labels(table=table)
         self.retries = sig.INSERT_RETRIES.register(r)
         self.reencoded = sig.REENCODED_BATCHES.register(r)
         self.spool_bytes = sig.SPOOL_BYTES.register(r)

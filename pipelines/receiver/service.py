@@ -25,6 +25,7 @@ from infersight.pipelines.receiver.metrics import PipelineMetrics
 from infersight.pipelines.receiver.sink import make_sink
 from infersight.pipelines.receiver.spool import Spool
 from infersight.pipelines.receiver.writer import Writer, WriterOptions
+from infersight.pipelines.schema.ddl import Tables
 
 log = logging.getLogger("infersight.receiver")
 
@@ -49,10 +50,11 @@ class Receiver:
         self.http_listen = http_listen or config.listeners.otlp_http
         self.grpc_listen = grpc_listen or config.listeners.otlp_grpc
         split_listen(self.http_listen), split_listen(self.grpc_listen)  # fail early on a bad address
-        self.metrics = PipelineMetrics()
+        tables = Tables.from_config(config)
+        self.metrics = PipelineMetrics(table=tables.traces)
         try:
             self.sink = make_sink(dsn or config.clickhouse.dsn, store_content=p.store_content,
-                                  data_dir=config.clickhouse.data_dir)
+                                  data_dir=config.clickhouse.data_dir, tables=tables)
         except ValueError as exc:
             raise SetupError(str(exc)) from None
         self.sink.insert_parallelism = p.insert_parallelism

@@ -30,7 +30,6 @@ from infersight.pipelines.schema import ddl
 # Migration 4 sets the window; the sink checks again because tables created by the OTel Collector
 # (create_schema: true) or by an older infersight lack it.
 DEDUP_WINDOW = ddl.DEDUP_WINDOW
-DEDUP_TABLES = ddl.DEDUP_TABLES
 
 # ClickHouse error codes that mean "this data can never be inserted": parse and type errors, a
 # view that cannot take a row (349), a CHECK constraint (469). Everything else (connection refused,
@@ -53,12 +52,12 @@ class InsertFailed(Exception):
 
 
 class ClickHouseSink:
-    """Inserts framed OTLP batches into ``database.otel_traces`` on a ClickHouse HTTP server."""
+    """Inserts framed OTLP batches into the trace table of ``database`` on a ClickHouse HTTP server."""
 
     insert_parallelism = 2  # max_insert_threads per insert (pipeline.insert_parallelism)
 
     def __init__(self, dsn: str, store_content: bool = False, timeout_seconds: float = 30.0,
-                 data_dir: str | None = None):
+                 data_dir: str | None = None, tables: ddl.Tables = ddl.DEFAULT_TABLES):
         # Imported now, at start: the import takes a second of CPU, which the first batch would otherwise wait for.
         import clickhouse_connect  # noqa: F401
 
@@ -76,7 +75,8 @@ class ClickHouseSink:
         self.database = self.target.database
         self.timeout = timeout_seconds
         self.store_content = store_content
-        self.query = ingest_sql.insert_query(self.database, store_content)
+        self.tables = tables
+        self.query = ingest_sql.insert_query(self.database, store_content, table=tables.traces)
         self._local = threading.local()  # one clickhouse-connect client and one insert connection per writer thread
         self._dedup_ready = False
         credentials = f"{self.target.user or 'default'}:{self._password}".encode()
@@ -145,7 +145,8 @@ class ClickHouseSink:
         """Set ``non_replicated_deduplication_window`` on plain MergeTree tables that lack it."""
         rows = client.query(
             "SELECT name, engine, create_table_query FROM system.tables WHERE database = {db:String} "
-            "AND name IN {names:Array(String)}", parameters={"db": self.database, "names": list(DEDUP_TABLES)},
+            "AND name IN {names:Array(String)}",
+            parameters={"db": self.database, "names": list(self.tables.deduplicated)},
         ).result_rows
         altered = []
         for name, engine, create in rows:
@@ -199,13 +200,15 @@ class InProcessSink(ClickHouseSink):
     server may have it open), and inserts are serialized (the engine runs one query at a time).
     """
 
-    def __init__(self, dsn: str, store_content: bool = False, timeout_seconds: float = 30.0):
+    def __init__(self, dsn: str, store_content: bool = False, timeout_seconds: float = 30.0,
+                 tables: ddl.Tables = ddl.DEFAULT_TABLES):
         from infersight.pipelines.schema.connection import database_of
 
         self.dsn = dsn
         self.database = database_of(dsn)
         self.timeout = timeout_seconds
         self.store_content = store_content
+        self.tables = tables
         self._lock = threading.Lock()
         self._client = None
         self._dedup_ready = False
@@ -223,14 +226,16 @@ class InProcessSink(ClickHouseSink):
             path = self._scratch / "batch.pb"
             path.write_bytes(framed)
             source = f"file({ddl.literal(str(path))}, 'Protobuf', {ddl.literal(ingest_sql.STRUCTURE)})"
-            client.command(ingest_sql.insert_query(self.database, self.store_content, source=source),
+            client.command(ingest_sql.insert_query(self.database, self.store_content, source=source,
+                                                   table=self.tables.traces),
                            settings=ingest_sql.settings(token, self.insert_parallelism))
 
     def close(self) -> None:
         pass  # the in-process engine lives as long as the process
 
 
-def make_sink(dsn: str, store_content: bool = False, data_dir: str | None = None) -> ClickHouseSink:
+def make_sink(dsn: str, store_content: bool = False, data_dir: str | None = None,
+              tables: ddl.Tables = ddl.DEFAULT_TABLES) -> ClickHouseSink:
     """The sink for a DSN: HTTP to a server, or the in-process engine for ``chdb://``."""
     from infersight.dsn import DsnError, parse
 
@@ -239,5 +244,5 @@ def make_sink(dsn: str, store_content: bool = False, data_dir: str | None = None
     except DsnError as exc:
         raise ValueError(f"clickhouse.dsn: {exc}") from None
     if scheme == "chdb":
-        return InProcessSink(dsn, store_content)
-    return ClickHouseSink(dsn, store_content, data_dir=data_dir)
+        return InProcessSink(dsn, store_content, tables=tables)
+    return ClickHouseSink(dsn, store_content, data_dir=data_dir, tables=tables)

@@ -10,8 +10,9 @@ from infersight.pipelines.schema.connection import ConnectionFailed as Connectio
 
 def register(subparsers) -> None:
     db = subparsers.add_parser("db", help="ClickHouse schema: migrate, render, status",
-                               description="Create and upgrade the ClickHouse schema (otel_traces, "
-                                           "llm_token_events, llm_requests_1m), or print its DDL.")
+                               description="Create and upgrade the ClickHouse schema (the trace table, token "
+                                           "events, the per-minute rollup; clickhouse.tables renames them), or "
+                                           "print its DDL.")
     commands = db.add_subparsers(dest="db_command", metavar="ACTION", title="actions")
     commands.required = True
 
@@ -49,7 +50,7 @@ def _options(args, config, dsn: str):
     from infersight.pipelines.schema.ddl import SchemaOptions
 
     database = getattr(args, "database", None) or database_of(dsn)
-    return SchemaOptions(database=database, cluster=args.cluster, retention=config.clickhouse.retention)
+    return SchemaOptions.from_config(config, database, args.cluster)
 
 
 def run_render(args, config) -> int:

@@ -14,19 +14,58 @@ Attribute keys come from :mod:`infersight.attributes`; nothing here retypes them
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from infersight import attributes as attr
 from infersight.attributes import Outcome
-from infersight.config import Retention
+from infersight.config import Config, Retention, TableNames
 
-TRACES = "otel_traces"
-TRACE_ID_TS = "otel_traces_trace_id_ts"
-TOKENS = "llm_token_events"  # one row per token: a view that expands TOKEN_TIMELINES at read time
-TOKEN_TIMELINES = "llm_token_timelines"  # one row per kept timeline (its JSON text), ordered by TraceId
-TOKENS_V1 = "llm_token_events_v1"  # the per-token table of schema versions before 5, renamed on upgrade
-REQUESTS_1M = "llm_requests_1m"
-MIGRATIONS = "infersight_schema_migrations"
+
+@dataclass(frozen=True)
+class Tables:
+    """The schema's table names: defined here, overridden by ``clickhouse.tables`` in the config.
+
+    As the Collector exporter's ``traces_table_name``: the trace id lookup is named after the trace
+    table (``<traces>_trace_id_ts``, as the exporter names it), and each materialized view after the
+    table it fills (``_mv``). DDL, migrations, the writer, the queries, the report, the demo and the
+    dashboards all read the names from here.
+    """
+
+    traces: str = "otel_traces"
+    token_timelines: str = "llm_token_timelines"  # one row per kept timeline (its JSON text), ordered by TraceId
+    token_events: str = "llm_token_events"  # one row per token: a view that expands token_timelines at read time
+    requests_1m: str = "llm_requests_1m"
+    migrations: str = "infersight_schema_migrations"
+
+    def __post_init__(self) -> None:
+        names = [self.trace_id_ts, self.token_events_v1, *(getattr(self, f.name) for f in fields(self))]
+        if len(names) != len(set(names)):
+            raise ValueError(f"clickhouse.tables: two tables would be named alike ({', '.join(names)})")
+
+    @property
+    def trace_id_ts(self) -> str:
+        return f"{self.traces}_trace_id_ts"
+
+    @property
+    def token_events_v1(self) -> str:
+        """The per-token table of schema versions before 5, renamed on upgrade."""
+        return f"{self.token_events}_v1"
+
+    @property
+    def deduplicated(self) -> tuple[str, ...]:
+        """Every table an OTLP batch writes (directly or through views): inserts there deduplicate."""
+        return (self.traces, self.trace_id_ts, self.token_timelines, self.requests_1m)
+
+    @classmethod
+    def from_names(cls, names: TableNames) -> Tables:
+        return cls(**{key: value for key, value in names.model_dump().items() if value})
+
+    @classmethod
+    def from_config(cls, config: Config) -> Tables:
+        return cls.from_names(config.clickhouse.tables)
+
+
+DEFAULT_TABLES = Tables()
 QUANTILES = (0.5, 0.95, 0.99)
 # As the rollup's quantilesState writes them; a quantilesMerge over its states must name the same levels.
 QUANTILE_LEVELS = ", ".join(str(q) for q in QUANTILES)
@@ -123,6 +162,12 @@ class SchemaOptions:
     database: str = "default"
     cluster: str | None = None
     retention: Retention = field(default_factory=Retention)
+    tables: Tables = DEFAULT_TABLES
+
+    @classmethod
+    def from_config(cls, config: Config, database: str, cluster: str | None = None) -> SchemaOptions:
+        return cls(database=database, cluster=cluster, retention=config.clickhouse.retention,
+                   tables=Tables.from_config(config))
 
     @property
     def on_cluster(self) -> str:
@@ -151,7 +196,6 @@ class SchemaOptions:
 # Inserts a plain MergeTree remembers for insert_deduplication_token: a retried or replayed batch is
 # stored once. Replicated tables deduplicate by default; plain ones only with this window set.
 DEDUP_WINDOW = 10_000
-DEDUP_TABLES = (TRACES, TRACE_ID_TS, TOKEN_TIMELINES, REQUESTS_1M)
 
 
 def deduplication_window(opts: SchemaOptions) -> list[str]:
@@ -159,7 +203,7 @@ def deduplication_window(opts: SchemaOptions) -> list[str]:
     if opts.cluster:
         return []  # Replicated engines deduplicate already
     return [f"ALTER TABLE {opts.table(name)} MODIFY SETTING non_replicated_deduplication_window = {DEDUP_WINDOW}"
-            for name in DEDUP_TABLES]
+            for name in opts.tables.deduplicated]
 
 
 # The promoted columns whose expressions schema version 6 changed (they read other writers' names too).
@@ -175,10 +219,11 @@ def fallback_columns(opts: SchemaOptions) -> list[str]:
     ``ALTER TABLE otel_traces MATERIALIZE COLUMN TtftMs`` (a mutation over every part: heavy, optional).
     On a cluster the shards' tables and the Distributed table get the same definition.
     """
+    t = opts.tables
     definitions = {name: (kind, expr) for name, kind, expr in PROMOTED_COLUMNS}
     modify = ",\n".join(f"    MODIFY COLUMN {name} {definitions[name][0]} MATERIALIZED {definitions[name][1]}"
                          for name in FALLBACK_COLUMNS)
-    tables = [opts.table(TRACES, local=True)] + ([opts.table(TRACES)] if opts.cluster else [])
+    tables = [opts.table(t.traces, local=True)] + ([opts.table(t.traces)] if opts.cluster else [])
     return [f"ALTER TABLE {table}{opts.on_cluster}\n{modify}" for table in tables]
 
 
@@ -188,16 +233,18 @@ def create_database(opts: SchemaOptions) -> str:
 
 def migrations_table(opts: SchemaOptions) -> str:
     # Replicated on a cluster, so every node agrees on what has been applied.
-    return (f"CREATE TABLE IF NOT EXISTS {opts.table(MIGRATIONS)}{opts.on_cluster} (\n"
+    t = opts.tables
+    return (f"CREATE TABLE IF NOT EXISTS {opts.table(t.migrations)}{opts.on_cluster} (\n"
             "    Version UInt32,\n    Name String,\n    AppliedAt DateTime DEFAULT now()\n"
-            f") ENGINE = {opts.engine(MIGRATIONS, 'ReplacingMergeTree')}\nORDER BY Version")
+            f") ENGINE = {opts.engine(t.migrations, 'ReplacingMergeTree')}\nORDER BY Version")
 
 
 def traces_table(opts: SchemaOptions) -> list[str]:
     """``otel_traces`` as the Collector's exporter creates it, plus promoted columns and skip indexes."""
+    t = opts.tables
     days = opts.retention.traces_days
     promoted = "".join(f"    {name} {kind} MATERIALIZED {expr},\n" for name, kind, expr in PROMOTED_COLUMNS)
-    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(TRACES, local=True)}{opts.on_cluster} (
+    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(t.traces, local=True)}{opts.on_cluster} (
     Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
     TraceId String CODEC(ZSTD(1)),
     SpanId String CODEC(ZSTD(1)),
@@ -230,34 +277,35 @@ def traces_table(opts: SchemaOptions) -> list[str]:
     INDEX idx_instance Instance TYPE set(256) GRANULARITY 4,
     INDEX idx_ttft TtftMs TYPE minmax GRANULARITY 1,
     INDEX idx_gap TokenGapMaxMs TYPE minmax GRANULARITY 1
-) ENGINE = {opts.engine(TRACES)}
+) ENGINE = {opts.engine(t.traces)}
 PARTITION BY toDate(Timestamp)
 ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp)
 TTL toDateTime(Timestamp) + toIntervalDay({days})
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1"""] + opts.distributed(TRACES, "cityHash64(TraceId)")
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1"""] + opts.distributed(t.traces, "cityHash64(TraceId)")
 
 
 def trace_id_ts(opts: SchemaOptions) -> list[str]:
     """The exporter's TraceId -> (Start, End) lookup that Grafana uses to find a trace's time range."""
+    t = opts.tables
     days = opts.retention.traces_days
-    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(TRACE_ID_TS, local=True)}{opts.on_cluster} (
+    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(t.trace_id_ts, local=True)}{opts.on_cluster} (
     TraceId String CODEC(ZSTD(1)),
     Start DateTime CODEC(Delta, ZSTD(1)),
     End DateTime CODEC(Delta, ZSTD(1)),
     INDEX idx_trace_id TraceId TYPE bloom_filter(0.01) GRANULARITY 1
-) ENGINE = {opts.engine(TRACE_ID_TS)}
+) ENGINE = {opts.engine(t.trace_id_ts)}
 PARTITION BY toDate(Start)
 ORDER BY (TraceId, Start)
 TTL toDateTime(Start) + toIntervalDay({days})
 SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1""",
-            *opts.distributed(TRACE_ID_TS, "cityHash64(TraceId)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(TRACE_ID_TS + '_mv', local=True)}{opts.on_cluster}
-TO {opts.table(TRACE_ID_TS, local=True)}
+            *opts.distributed(t.trace_id_ts, "cityHash64(TraceId)"),
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.trace_id_ts + '_mv', local=True)}{opts.on_cluster}
+TO {opts.table(t.trace_id_ts, local=True)}
 AS SELECT
     TraceId,
     min(Timestamp) AS Start,
     max(Timestamp) AS End
-FROM {opts.table(TRACES, local=True)}
+FROM {opts.table(t.traces, local=True)}
 WHERE TraceId != ''
 GROUP BY TraceId"""]
 
@@ -274,10 +322,11 @@ def token_events(opts: SchemaOptions) -> list[str]:
     (``GapUs`` is the time since the previous token, 0 for the first). A malformed offsets attribute
     yields no rows, never an error.
     """
+    t = opts.tables
     days = opts.retention.tokens_days
     dedup = "" if opts.cluster else f", non_replicated_deduplication_window = {DEDUP_WINDOW}"
     offsets = "JSONExtract(OffsetsUs, 'Array(UInt64)')"
-    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(TOKEN_TIMELINES, local=True)}{opts.on_cluster} (
+    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(t.token_timelines, local=True)}{opts.on_cluster} (
     TraceId String CODEC(ZSTD(1)),
     SpanId String CODEC(ZSTD(1)),
     ServiceName LowCardinality(String) CODEC(ZSTD(1)),
@@ -286,15 +335,15 @@ def token_events(opts: SchemaOptions) -> list[str]:
     Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
     OffsetsUs String CODEC(ZSTD(1)),
     INDEX idx_timestamp Timestamp TYPE minmax GRANULARITY 1
-) ENGINE = {opts.engine(TOKEN_TIMELINES)}
+) ENGINE = {opts.engine(t.token_timelines)}
 PARTITION BY toDate(Timestamp)
 ORDER BY (TraceId, SpanId)
 TTL toDateTime(Timestamp) + toIntervalDay({days})
 SETTINGS index_granularity = 256, ttl_only_drop_parts = 1{dedup}""",
-            *opts.distributed(TOKEN_TIMELINES, "cityHash64(TraceId)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(TOKEN_TIMELINES + '_mv', local=True)}\
+            *opts.distributed(t.token_timelines, "cityHash64(TraceId)"),
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.token_timelines + '_mv', local=True)}\
 {opts.on_cluster}
-TO {opts.table(TOKEN_TIMELINES, local=True)}
+TO {opts.table(t.token_timelines, local=True)}
 AS SELECT
     TraceId,
     SpanId,
@@ -303,9 +352,9 @@ AS SELECT
     {span_attr(attr.INSTANCE)} AS Instance,
     Timestamp,
     {span_attr(attr.TOKEN_OFFSETS_US)} AS OffsetsUs
-FROM {opts.table(TRACES, local=True)}
+FROM {opts.table(t.traces, local=True)}
 WHERE mapContains(SpanAttributes, {literal(attr.TOKEN_OFFSETS_US)})""",
-            f"""CREATE VIEW IF NOT EXISTS {opts.table(TOKENS)}{opts.on_cluster}
+            f"""CREATE VIEW IF NOT EXISTS {opts.table(t.token_events)}{opts.on_cluster}
 AS SELECT
     TraceId,
     SpanId,
@@ -317,7 +366,7 @@ AS SELECT
     offset AS OffsetUs,
     gap AS GapUs
 FROM (SELECT TraceId, SpanId, ServiceName, Model, Instance, Timestamp AS start, {offsets} AS offsets
-      FROM {opts.table(TOKEN_TIMELINES)})
+      FROM {opts.table(t.token_timelines)})
 ARRAY JOIN
     offsets AS offset,
     arrayDifference(offsets) AS gap,
@@ -331,8 +380,9 @@ def per_token_events(opts: SchemaOptions) -> list[str]:
     as it was, so that the upgrade is tested from the real thing and the benchmark
     (benchmarks/pipeline_profile.py --token-shapes) compares against the shape it replaced.
     """
+    t = opts.tables
     days = opts.retention.tokens_days
-    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(TOKENS, local=True)}{opts.on_cluster} (
+    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(t.token_events, local=True)}{opts.on_cluster} (
     TraceId String CODEC(ZSTD(1)),
     SpanId String CODEC(ZSTD(1)),
     ServiceName LowCardinality(String) CODEC(ZSTD(1)),
@@ -344,14 +394,14 @@ def per_token_events(opts: SchemaOptions) -> list[str]:
     GapUs Int64 CODEC(ZSTD(1)),
     INDEX idx_timestamp Timestamp TYPE minmax GRANULARITY 1,
     INDEX idx_gap GapUs TYPE minmax GRANULARITY 1
-) ENGINE = {opts.engine(TOKENS)}
+) ENGINE = {opts.engine(t.token_events)}
 PARTITION BY toDate(Timestamp)
 ORDER BY (TraceId, SpanId, TokenIndex)
 TTL toDateTime(Timestamp) + toIntervalDay({days})
 SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1""",
-            *opts.distributed(TOKENS, "cityHash64(TraceId)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(TOKENS + '_mv', local=True)}{opts.on_cluster}
-TO {opts.table(TOKENS, local=True)}
+            *opts.distributed(t.token_events, "cityHash64(TraceId)"),
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.token_events + '_mv', local=True)}{opts.on_cluster}
+TO {opts.table(t.token_events, local=True)}
 AS SELECT
     TraceId,
     SpanId,
@@ -362,7 +412,7 @@ AS SELECT
     addMicroseconds(Timestamp, offset) AS Timestamp,
     offset AS OffsetUs,
     gap AS GapUs
-FROM {opts.table(TRACES, local=True)}
+FROM {opts.table(t.traces, local=True)}
 ARRAY JOIN
     {TOKEN_OFFSETS} AS offset,
     arrayDifference({TOKEN_OFFSETS}) AS gap,
@@ -378,16 +428,17 @@ def token_events_upgrade(opts: SchemaOptions) -> list[str]:
     when it finds one, and its rows are copied into ``llm_token_timelines`` (same answers through the view).
     On a cluster they are not copied: they stay in each shard's ``llm_token_events_v1_local``.
     """
-    return [f"DROP TABLE IF EXISTS {opts.table(TOKENS + '_mv', local=True)}{opts.on_cluster}"]
+    return [f"DROP TABLE IF EXISTS {opts.table(opts.tables.token_events + '_mv', local=True)}{opts.on_cluster}"]
 
 
 def backfill_timelines(opts: SchemaOptions) -> str:
     """Copy the per-token rows of an upgraded schema into one row per timeline (as JSON text)."""
+    t = opts.tables
     columns = "TraceId, SpanId, ServiceName, Model, Instance, Timestamp, OffsetsUs"
-    return f"""INSERT INTO {opts.table(TOKEN_TIMELINES)} ({columns})
+    return f"""INSERT INTO {opts.table(t.token_timelines)} ({columns})
 SELECT TraceId, SpanId, any(ServiceName), any(Model), any(Instance), min(subtractMicroseconds(Timestamp, OffsetUs)),
        toString(arrayMap(t -> t.2, arraySort(groupArray((TokenIndex, OffsetUs)))))
-FROM {opts.table(TOKENS_V1)}
+FROM {opts.table(t.token_events_v1)}
 GROUP BY TraceId, SpanId"""
 
 
@@ -397,6 +448,7 @@ def requests_rollup(opts: SchemaOptions) -> list[str]:
     Ordered by hour first: a window's rows sit together, which halved the per-minute percentile
     query against a dimensions-first key (benchmarks/queries_latency.py).
     """
+    t = opts.tables
     days = opts.retention.rollups_days
     quantile_state = f"AggregateFunction(quantiles({QUANTILE_LEVELS}), Float64)"
     outcome = span_attr(attr.REQUEST_OUTCOME)
@@ -406,7 +458,7 @@ def requests_rollup(opts: SchemaOptions) -> list[str]:
               ("Rejected", Outcome.REJECTED))
     count_columns = "".join(f"    {name} SimpleAggregateFunction(sum, UInt64),\n" for name, _ in counts)
     count_selects = "".join(f"    countIf({outcome} = {literal(value)}) AS {name},\n" for name, value in counts)
-    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(REQUESTS_1M, local=True)}{opts.on_cluster} (
+    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(t.requests_1m, local=True)}{opts.on_cluster} (
     Minute DateTime CODEC(Delta, ZSTD(1)),
     ServiceName LowCardinality(String),
     Model LowCardinality(String),
@@ -419,14 +471,14 @@ def requests_rollup(opts: SchemaOptions) -> list[str]:
     TtftMs {quantile_state},
     TpotMs {quantile_state},
     E2eMs {quantile_state}
-) ENGINE = {opts.engine(REQUESTS_1M, 'AggregatingMergeTree')}
+) ENGINE = {opts.engine(t.requests_1m, 'AggregatingMergeTree')}
 PARTITION BY toYYYYMM(Minute)
 ORDER BY (toStartOfHour(Minute), ServiceName, Model, Instance, Pool, Strategy, Minute)
 TTL Minute + toIntervalDay({days})
 SETTINGS ttl_only_drop_parts = 1""",
-            *opts.distributed(REQUESTS_1M, "cityHash64(Instance)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(REQUESTS_1M + '_mv', local=True)}{opts.on_cluster}
-TO {opts.table(REQUESTS_1M, local=True)}
+            *opts.distributed(t.requests_1m, "cityHash64(Instance)"),
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.requests_1m + '_mv', local=True)}{opts.on_cluster}
+TO {opts.table(t.requests_1m, local=True)}
 AS SELECT
     toStartOfMinute(Timestamp) AS Minute,
     ServiceName,
@@ -443,6 +495,6 @@ AS SELECT
     quantilesStateIf({QUANTILE_LEVELS})(assumeNotNull({ttft}), {ttft} IS NOT NULL) AS TtftMs,
     quantilesStateIf({QUANTILE_LEVELS})(assumeNotNull({tpot}), {tpot} IS NOT NULL) AS TpotMs,
     quantilesState({QUANTILE_LEVELS})(Duration / 1e6) AS E2eMs
-FROM {opts.table(TRACES, local=True)}
+FROM {opts.table(t.traces, local=True)}
 WHERE {REQUEST_SPAN}
 GROUP BY Minute, ServiceName, Model, Instance, Pool, Strategy"""]

@@ -39,16 +39,16 @@ def _token_timelines_upgrade(client, opts: SchemaOptions) -> None:
     """
     for statement in ddl.token_events_upgrade(opts):
         client.command(statement)
-    local = ddl.TOKENS + ("_local" if opts.cluster else "")
-    engine = _engine(client, opts, local)
+    tokens, old = opts.tables.token_events, opts.tables.token_events_v1
+    engine = _engine(client, opts, tokens + ("_local" if opts.cluster else ""))
     if engine and engine != "View":
         if opts.cluster:  # the Distributed table holds no rows; the shards' tables keep theirs
-            client.command(f"DROP TABLE IF EXISTS {opts.table(ddl.TOKENS)}{opts.on_cluster}")
-        client.command(f"RENAME TABLE {opts.table(ddl.TOKENS, local=True)} TO "
-                       f"{opts.table(ddl.TOKENS_V1, local=True)}{opts.on_cluster}")
+            client.command(f"DROP TABLE IF EXISTS {opts.table(tokens)}{opts.on_cluster}")
+        client.command(f"RENAME TABLE {opts.table(tokens, local=True)} TO "
+                       f"{opts.table(old, local=True)}{opts.on_cluster}")
     for statement in ddl.token_events(opts):
         client.command(statement)
-    if not opts.cluster and _engine(client, opts, ddl.TOKENS_V1):
+    if not opts.cluster and _engine(client, opts, old):
         client.command(ddl.backfill_timelines(opts),
                        settings={"insert_deduplication_token": f"{opts.database}.migration-5-backfill"})
 
@@ -71,13 +71,14 @@ MIGRATIONS = (
               ddl.fallback_columns),
 )
 
-# Table -> (TTL expression, retention field) for reconciling retention with the config.
-TTL_COLUMNS = {
-    ddl.TRACES: ("toDateTime(Timestamp)", "traces_days"),
-    ddl.TRACE_ID_TS: ("toDateTime(Start)", "traces_days"),
-    ddl.TOKEN_TIMELINES: ("toDateTime(Timestamp)", "tokens_days"),
-    ddl.REQUESTS_1M: ("Minute", "rollups_days"),
-}
+def ttl_columns(tables: ddl.Tables) -> dict[str, tuple[str, str]]:
+    """Table -> (TTL expression, retention field) for reconciling retention with the config."""
+    return {
+        tables.traces: ("toDateTime(Timestamp)", "traces_days"),
+        tables.trace_id_ts: ("toDateTime(Start)", "traces_days"),
+        tables.token_timelines: ("toDateTime(Timestamp)", "tokens_days"),
+        tables.requests_1m: ("Minute", "rollups_days"),
+    }
 
 
 def render(opts: SchemaOptions) -> list[str]:
@@ -89,13 +90,13 @@ def render(opts: SchemaOptions) -> list[str]:
 
 
 def applied_versions(client, opts: SchemaOptions) -> set[int]:
-    table = opts.table(ddl.MIGRATIONS)
+    table = opts.table(opts.tables.migrations)
     return {row[0] for row in client.query(f"SELECT DISTINCT Version FROM {table}").result_rows}
 
 
 def pending(client, opts: SchemaOptions) -> list[Migration]:
     exists = client.query("SELECT count() FROM system.tables WHERE database = {db:String} AND name = {t:String}",
-                          parameters={"db": opts.database, "t": ddl.MIGRATIONS}).result_rows[0][0]
+                          parameters={"db": opts.database, "t": opts.tables.migrations}).result_rows[0][0]
     done = applied_versions(client, opts) if exists else set()
     return [m for m in MIGRATIONS if m.version not in done]
 
@@ -111,7 +112,8 @@ def migrate(client, opts: SchemaOptions) -> list[Migration]:
         else:
             for statement in migration.statements(opts):
                 client.command(statement)
-        client.command(f"INSERT INTO {opts.table(ddl.MIGRATIONS)} (Version, Name) VALUES ({{v:UInt32}}, {{n:String}})",
+        client.command(f"INSERT INTO {opts.table(opts.tables.migrations)} (Version, Name) "
+                       "VALUES ({v:UInt32}, {n:String})",
                        parameters={"v": migration.version, "n": migration.name})
     reconcile_retention(client, opts)
     return todo
@@ -120,7 +122,7 @@ def migrate(client, opts: SchemaOptions) -> list[Migration]:
 def reconcile_retention(client, opts: SchemaOptions) -> list[str]:
     """ALTER the TTL of tables whose retention differs from the config; returns the tables altered."""
     altered = []
-    for table, (expression, field) in TTL_COLUMNS.items():
+    for table, (expression, field) in ttl_columns(opts.tables).items():
         days = getattr(opts.retention, field)
         local = table + ("_local" if opts.cluster else "")
         rows = client.query("SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",

@@ -294,7 +294,10 @@ def test_datasources_come_from_the_config():
     ch = sources[CLICKHOUSE_UID]
     assert ch["type"] == "grafana-clickhouse-datasource"
     assert ch["jsonData"] == {"host": "ch.internal", "port": 8443, "protocol": "http", "secure": True,
-                              "defaultDatabase": "traces", "username": "grafana"}
+                              "defaultDatabase": "traces", "username": "grafana",
+                              "traces": {"defaultDatabase": "traces", "defaultTable": "otel_traces",
+                                         "otelEnabled": True, "otelVersion": "latest",
+                                         "durationUnit": "nanoseconds"}}
     assert ch["secureJsonData"]["password"] == f"${{{PASSWORD_ENV}}}"
     default = {s["uid"]: s for s in yaml.safe_load(datasources_yaml(parse_config({})))["datasources"]}
     # Without a user in the DSN Grafana is the embedded store's read-only reader, its password from the environment.

@@ -55,7 +55,7 @@ def spans(clickhouse_server, database: str, request_ids: list[str]) -> dict[str,
     rows = clickhouse_server.client().query(
         f"SELECT {ddl.span_attr(attr.GEN_AI_REQUEST_ID)} AS id, SpanName, SpanKind, ServiceName, TraceId, "
         "ParentSpanId, TtftMs, QueueMs, TpotMs, InputTokens, OutputTokens, IsRequest, Duration "
-        f"FROM {{db:Identifier}}.{ddl.TRACES} WHERE id IN {{ids:Array(String)}}",
+        f"FROM {{db:Identifier}}.{ddl.DEFAULT_TABLES.traces} WHERE id IN {{ids:Array(String)}}",
         parameters={"db": database, "ids": request_ids})
     return {row[0]: dict(zip(rows.column_names, row, strict=True)) for row in rows.result_rows}
 

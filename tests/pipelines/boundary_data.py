@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass
 
 from infersight import attributes as attr
-from infersight.pipelines.schema.ddl import REQUESTS_1M, TOKENS, TRACE_ID_TS, TRACES
+from infersight.pipelines.schema.ddl import DEFAULT_TABLES
 from tests.pipelines.span_rows import insert_spans, span_row
 
 INSTANCE = "10.0.0.7:8000"
@@ -81,7 +81,8 @@ def _request(trace: str, start: dt.datetime, duration_ms: float, instance: str =
 
 def load(client, database: str, t0: dt.datetime) -> Boundary:
     """Write the boundary requests and the lookup traces, one INSERT (one part) per span."""
-    for table in (TRACES, TRACE_ID_TS, TOKENS, REQUESTS_1M):
+    t = DEFAULT_TABLES
+    for table in (t.traces, t.trace_id_ts, t.token_events, t.requests_1m):
         client.command(f"SYSTEM STOP MERGES `{database}`.`{table}`")
     data = Boundary(t0)
     rows = []
@@ -95,7 +96,7 @@ def load(client, database: str, t0: dt.datetime) -> Boundary:
 def lookup_traces(client, database: str, t0: dt.datetime, count: int = 20) -> dict[str, int]:
     """Traces for ``traces show``, {trace id: spans}: single spans at every tenth of a second, and
     two-span traces whose child lands in a later second than the root, in a part of its own."""
-    for table in (TRACES, TRACE_ID_TS):
+    for table in (DEFAULT_TABLES.traces, DEFAULT_TABLES.trace_id_ts):
         client.command(f"SYSTEM STOP MERGES `{database}`.`{table}`")
     traces: dict[str, int] = {}
     for n in range(count):

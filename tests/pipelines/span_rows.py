@@ -10,7 +10,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from infersight.pipelines.schema.ddl import EXPORTER_INSERT_COLUMNS, TRACES
+from infersight.pipelines.schema.ddl import DEFAULT_TABLES, EXPORTER_INSERT_COLUMNS
 
 
 def as_text(value: Any) -> str:
@@ -30,4 +30,4 @@ def span_row(start: dt.datetime, trace_id: str, span_id: str, name: str, duratio
 
 
 def insert_spans(client, database: str, rows: list[list]) -> None:
-    client.insert(TRACES, rows, column_names=list(EXPORTER_INSERT_COLUMNS), database=database)
+    client.insert(DEFAULT_TABLES.traces, rows, column_names=list(EXPORTER_INSERT_COLUMNS), database=database)

@@ -29,6 +29,8 @@ from infersight.pipelines.schema import ddl
 from infersight.signals.pipeline import REENCODED_BATCHES
 from tests.pipelines.receiver_payloads import any_value, metric, migrate, post, request, start_receiver
 
+TABLES = ddl.DEFAULT_TABLES  # the schema's table names
+
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 NAN, INF = float("nan"), float("inf")
 
@@ -154,7 +156,7 @@ def _stored(clickhouse_server, database: str, service: str) -> list[dict]:
     client = clickhouse_server.client(database, role="reader")
     try:
         [row] = client.query("SELECT SpanAttributes, ResourceAttributes, Events.Attributes[1], Links.Attributes[1] "
-                             f"FROM {ddl.TRACES} WHERE ServiceName = {{s:String}}",
+                             f"FROM {TABLES.traces} WHERE ServiceName = {{s:String}}",
                              parameters={"s": service}).result_rows
     finally:
         client.close()
@@ -197,11 +199,12 @@ def test_a_refused_batch_writes_nothing_before_it_is_stored_again(clickhouse_ser
             sink.insert(ingest_sql.frame(bodies), "atomic-test")
         assert refused.value.permanent
         client = clickhouse_server.client(clickhouse_database, role="reader")
-        tables = (ddl.TRACES, ddl.TRACE_ID_TS, ddl.TOKEN_TIMELINES)
+        tables = (TABLES.traces, TABLES.trace_id_ts, TABLES.token_timelines)
         assert [client.query(f"SELECT count() FROM {t}").result_rows[0][0] for t in tables] == [0, 0, 0]
         sink.insert(ingest_sql.frame([canonical(b) for b in bodies]), "atomic-test.c")
         [(rows, ids, deep)] = client.query("SELECT count(), uniqExact(SpanId), "
-                                           f"countIf(SpanAttributes['deep'] = '[[1]]') FROM {ddl.TRACES}").result_rows
+                                           "countIf(SpanAttributes['deep'] = '[[1]]') "
+                                           f"FROM {TABLES.traces}").result_rows
         client.close()
     finally:
         sink.close()
@@ -243,8 +246,8 @@ def test_a_hostile_nesting_is_stored_or_refused_and_the_others_are_stored(clickh
     finally:
         handle.stop()
     client = clickhouse_server.client(clickhouse_database, role="reader")
-    rows = dict(client.query(f"SELECT ServiceName, count() FROM {ddl.TRACES} GROUP BY ServiceName").result_rows)
-    [(text,)] = client.query(f"SELECT SpanAttributes['t.deep'] FROM {ddl.TRACES} "
+    rows = dict(client.query(f"SELECT ServiceName, count() FROM {TABLES.traces} GROUP BY ServiceName").result_rows)
+    [(text,)] = client.query(f"SELECT SpanAttributes['t.deep'] FROM {TABLES.traces} "
                              "WHERE ServiceName = 'deep'").result_rows
     client.close()
     assert rows == {"deep": 1, "plain": 140}

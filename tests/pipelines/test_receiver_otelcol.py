@@ -13,6 +13,8 @@ from infersight.pipelines.otelcol.config import ENV, check, load, render
 from infersight.pipelines.receiver import ingest_sql
 from infersight.pipelines.schema import ddl
 
+TABLES = ddl.DEFAULT_TABLES  # the schema's table names
+
 
 @pytest.mark.parametrize("name", ["collector", "loadbalancer"])
 def test_shipped_configs_are_clean_and_render_from_infersight_yaml(name):
@@ -27,7 +29,7 @@ def test_shipped_configs_are_clean_and_render_from_infersight_yaml(name):
     if name == "collector":
         exporter = rendered["exporters"]["clickhouse"]
         assert (exporter["endpoint"], exporter["database"]) == ("http://ch.internal:8123", "traces")
-        assert exporter["create_schema"] is False and exporter["traces_table_name"] == ddl.TRACES
+        assert exporter["create_schema"] is False and exporter["traces_table_name"] == TABLES.traces
         slow = next(p for p in rendered["processors"]["tail_sampling"]["policies"] if p["type"] == "latency")
         assert slow["latency"]["threshold_ms"] == 10_000  # 10 x the 1 s TTFT SLO
 
@@ -86,7 +88,7 @@ def test_the_rendered_exporter_user_can_write_to_the_embedded_store(clickhouse_s
         client = clickhouse_connect.get_client(host=clickhouse_server.host, port=clickhouse_server.port,
                                                username=user, password=secret, database=conf["database"])
         try:
-            client.command(f"INSERT INTO {ddl.TRACES} (TraceId, SpanId, ServiceName) VALUES ('t', 's', 'otelcol')")
+            client.command(f"INSERT INTO {TABLES.traces} (TraceId, SpanId, ServiceName) VALUES ('t', 's', 'otelcol')")
         finally:
             client.close()
 

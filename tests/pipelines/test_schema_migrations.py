@@ -13,6 +13,8 @@ from infersight.pipelines.schema import ddl, migrations
 from infersight.pipelines.schema.ddl import SchemaOptions
 from tests.pipelines.span_rows import insert_spans, span_row
 
+TABLES = ddl.DEFAULT_TABLES  # the schema's table names
+
 # The OTel Collector contrib exporter's otel_traces columns and types, in order.
 EXPORTER_COLUMNS = [
     ("Timestamp", "DateTime64(9)"), ("TraceId", "String"), ("SpanId", "String"), ("ParentSpanId", "String"),
@@ -59,13 +61,13 @@ def test_migrate_is_idempotent_and_versioned(schema):
     assert migrations.applied_versions(client, opts) == {m.version for m in migrations.MIGRATIONS}
     tables = {r[0] for r in client.query("SELECT name FROM system.tables WHERE database = {db:String}",
                                          parameters={"db": opts.database}).result_rows}
-    assert {ddl.TRACES, ddl.TRACE_ID_TS, ddl.TOKENS, ddl.REQUESTS_1M, ddl.MIGRATIONS} <= tables
+    assert {TABLES.traces, TABLES.trace_id_ts, TABLES.token_events, TABLES.requests_1m, TABLES.migrations} <= tables
 
 
 def test_half_applied_migration_runs_again(schema):
     client, opts = schema
-    client.command(f"DELETE FROM {opts.table(ddl.MIGRATIONS)} WHERE Version = 3")
-    client.command(f"DROP VIEW {opts.table(ddl.REQUESTS_1M + '_mv')}")  # as if it died before the view
+    client.command(f"DELETE FROM {opts.table(TABLES.migrations)} WHERE Version = 3")
+    client.command(f"DROP VIEW {opts.table(TABLES.requests_1m + '_mv')}")  # as if it died before the view
     applied = migrations.migrate(client, opts)
     assert [m.version for m in applied] == [3]
     assert client.query("EXISTS VIEW {db:Identifier}.llm_requests_1m_mv",
@@ -78,9 +80,9 @@ def test_retention_follows_the_config(schema):
     migrations.migrate(client, longer)
     ttl = dict(client.query("SELECT name, engine_full FROM system.tables WHERE database = {db:String}",
                             parameters={"db": opts.database}).result_rows)
-    assert "toIntervalDay(30)" in ttl[ddl.TRACES] and "toIntervalDay(30)" in ttl[ddl.TRACE_ID_TS]
-    assert "toIntervalDay(2)" in ttl[ddl.TOKEN_TIMELINES]
-    assert "toIntervalDay(90)" in ttl[ddl.REQUESTS_1M]
+    assert "toIntervalDay(30)" in ttl[TABLES.traces] and "toIntervalDay(30)" in ttl[TABLES.trace_id_ts]
+    assert "toIntervalDay(2)" in ttl[TABLES.token_timelines]
+    assert "toIntervalDay(90)" in ttl[TABLES.requests_1m]
     assert migrations.reconcile_retention(client, longer) == []  # nothing left to change
 
 
@@ -132,11 +134,11 @@ def test_a_per_token_schema_upgrades_to_timelines_with_the_same_rows(clickhouse_
     opts = SchemaOptions(database=db)
     migrations.migrate(client, opts)
     # Make it the schema of before: drop what version 5 made, put the per-token table and view back.
-    for name in (ddl.TOKENS, ddl.TOKEN_TIMELINES + "_mv", ddl.TOKEN_TIMELINES):
+    for name in (TABLES.token_events, TABLES.token_timelines + "_mv", TABLES.token_timelines):
         client.command(f"DROP TABLE {opts.table(name)}")
     for statement in ddl.per_token_events(opts):  # what migration 2 created before version 5
         client.command(statement)
-    client.command(f"DELETE FROM {opts.table(ddl.MIGRATIONS)} WHERE Version = 5")
+    client.command(f"DELETE FROM {opts.table(TABLES.migrations)} WHERE Version = 5")
     insert_spans(client, db, [_request("a" * 32, [100_000, 120_000, 450_000], 100.0, "i-1"),
                               _request("b" * 32, [5_000, 9_000], 3.0, "i-2")])
     before = client.query(TOKEN_QUERY.format(db=db)).result_rows
@@ -146,14 +148,14 @@ def test_a_per_token_schema_upgrades_to_timelines_with_the_same_rows(clickhouse_
     assert client.query(TOKEN_QUERY.format(db=db)).result_rows == before  # the old rows, through the view
     engines = dict(client.query("SELECT name, engine FROM system.tables WHERE database = {db:String}",
                                 parameters={"db": db}).result_rows)
-    assert engines[ddl.TOKENS] == "View" and engines[ddl.TOKENS_V1] == "MergeTree"
-    assert ddl.TOKENS + "_mv" not in engines
+    assert engines[TABLES.token_events] == "View" and engines[TABLES.token_events_v1] == "MergeTree"
+    assert TABLES.token_events + "_mv" not in engines
     # New timelines go to the new table only, once; the copy is not repeated by a second run.
     insert_spans(client, db, [_request("c" * 32, [7_000, 8_000], 7.0, "i-3")])
     migrations._token_timelines_upgrade(client, opts)
     after = client.query(TOKEN_QUERY.format(db=db)).result_rows
     assert after[:5] == before and [r[3] for r in after[5:]] == [0, 1]
-    assert client.query(f"SELECT count() FROM `{db}`.{ddl.TOKENS_V1}").result_rows == [(5,)]
+    assert client.query(f"SELECT count() FROM `{db}`.{TABLES.token_events_v1}").result_rows == [(5,)]
 
 
 def test_one_trace_timeline_is_a_point_read_through_the_view(schema):
@@ -161,21 +163,22 @@ def test_one_trace_timeline_is_a_point_read_through_the_view(schema):
     on the parts as the inserts left them: random trace ids, several unmerged parts that all span them."""
     client, opts = schema
     traces = [hashlib.sha256(str(n).encode()).hexdigest()[:32] for n in range(6000)]
-    client.command(f"SYSTEM STOP MERGES {opts.table(ddl.TOKEN_TIMELINES)}")  # the parts stay as written
+    client.command(f"SYSTEM STOP MERGES {opts.table(TABLES.token_timelines)}")  # the parts stay as written
     for batch in range(4):  # one part per insert, each ~6 granules of 256 timelines
         insert_spans(client, opts.database, [_request(t, [1000, 2000, 3000], 1.0, "i-1")
                                              for t in traces[batch::4]])
     parts = client.query("SELECT count() FROM system.parts WHERE database = {db:String} AND table = {t:String} "
-                         "AND active", parameters={"db": opts.database, "t": ddl.TOKEN_TIMELINES}).result_rows
+                         "AND active", parameters={"db": opts.database, "t": TABLES.token_timelines}).result_rows
     assert parts == [(4,)]
     trace = traces[1234]
     plan = "\n".join(r[0] for r in client.query(
-        f"EXPLAIN indexes = 1 SELECT * FROM {opts.table(ddl.TOKENS)} WHERE TraceId = {{t:String}}",
+        f"EXPLAIN indexes = 1 SELECT * FROM {opts.table(TABLES.token_events)} WHERE TraceId = {{t:String}}",
         parameters={"t": trace}).result_rows)
     assert "PrimaryKey" in plan and "Condition: (TraceId in ['" in plan
     granules = [line for line in plan.splitlines() if "Granules:" in line]
     selected, total = (int(x) for x in granules[-1].split("Granules:")[1].strip().split("/"))
     assert selected < total / 4
-    rows = client.query(f"SELECT TokenIndex, OffsetUs FROM {opts.table(ddl.TOKENS)} WHERE TraceId = {{t:String}} "
+    rows = client.query(f"SELECT TokenIndex, OffsetUs FROM {opts.table(TABLES.token_events)} "
+                        "WHERE TraceId = {t:String} "
                         "ORDER BY TokenIndex", parameters={"t": trace}).result_rows
     assert rows == [(0, 1000), (1, 2000), (2, 3000)]

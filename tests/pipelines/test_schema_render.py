@@ -11,6 +11,8 @@ from infersight.pipelines.schema import ddl
 from infersight.pipelines.schema.ddl import SchemaOptions
 from infersight.pipelines.schema.migrations import MIGRATIONS, render
 
+TABLES = ddl.DEFAULT_TABLES  # the schema's table names
+
 
 def test_single_server_uses_plain_engines_and_public_names():
     statements = render(SchemaOptions(database="obs"))
@@ -30,7 +32,7 @@ def test_cluster_rendering():
     tables = [s for s in statements if s.startswith("CREATE TABLE") and "Distributed(" not in s]
     assert tables and all(re.search(r"ENGINE = Replicated\w*MergeTree\('/clickhouse/tables/\{shard\}/obs/", s)
                           for s in tables)
-    for name in (ddl.TRACES, ddl.TRACE_ID_TS, ddl.TOKEN_TIMELINES, ddl.REQUESTS_1M):
+    for name in (TABLES.traces, TABLES.trace_id_ts, TABLES.token_timelines, TABLES.requests_1m):
         distributed = [s for s in statements if s.startswith(f"CREATE TABLE IF NOT EXISTS `obs`.`{name}` ON CLUSTER")]
         assert len(distributed) == 1 and f"ENGINE = Distributed('llm', 'obs', '{name}_local'" in distributed[0]
     # Version 6 gives the shards' tables and the Distributed one the same column expressions.
@@ -77,7 +79,7 @@ def test_db_migrate_cli_on_a_real_server(clickhouse_server, clickhouse_database,
         "SELECT name, create_table_query FROM system.tables WHERE database = {db:String}",
         parameters={"db": clickhouse_database}).result_rows
     dedup = {name for name, create in creates if "non_replicated_deduplication_window" in create}
-    assert dedup == set(ddl.DEDUP_TABLES)
+    assert dedup == set(TABLES.deduplicated)
 
 
 def test_render_users_prints_the_two_roles_with_hashes_only(tmp_path, capsys):

@@ -21,6 +21,8 @@ from infersight.pipelines.schema.ddl import SchemaOptions
 from tests.pipelines.receiver_payloads import migrate, start_receiver
 from tests.pipelines.span_rows import insert_spans, span_row
 
+TABLES = ddl.DEFAULT_TABLES  # the schema's table names
+
 COLUMNS = "TtftMs, QueueMs, TpotMs, InputTokens, OutputTokens, CachedInputTokens, IsRequest, Outcome"
 
 
@@ -59,17 +61,17 @@ def send_like_vllm(grpc_target: str, spans: list[dict]) -> None:
 
 
 def stop_merges(client, database: str) -> None:
-    client.command(f"SYSTEM STOP MERGES `{database}`.{ddl.TRACES}")
+    client.command(f"SYSTEM STOP MERGES `{database}`.{TABLES.traces}")
 
 
 def active_parts(client, database: str) -> int:
     return client.query("SELECT count() FROM system.parts WHERE database = {db:String} AND table = {t:String} "
-                        "AND active", parameters={"db": database, "t": ddl.TRACES}).result_rows[0][0]
+                        "AND active", parameters={"db": database, "t": TABLES.traces}).result_rows[0][0]
 
 
 def by_request_id(client, database: str) -> dict[str, tuple]:
     rows = client.query(f"SELECT SpanAttributes[{ddl.literal(attr.GEN_AI_REQUEST_ID)}], {COLUMNS} "
-                        f"FROM `{database}`.{ddl.TRACES}").result_rows
+                        f"FROM `{database}`.{TABLES.traces}").result_rows
     return {row[0]: row[1:] for row in rows}
 
 
@@ -105,7 +107,7 @@ def test_vllm_spans_fill_the_timing_and_token_columns(clickhouse_server, clickho
     assert rows["cmpl-c"][:5] == (pytest.approx(200.0), pytest.approx(50.0), pytest.approx(10.0), 8, 201)
     queue_text, request_id = ddl.span_attr(attr.GEN_AI_LATENCY_QUEUE_S), ddl.span_attr(attr.GEN_AI_REQUEST_ID)
     stored = client.query(f"SELECT SpanName, SpanKind, ServiceName, {queue_text} "
-                          f"FROM `{clickhouse_database}`.{ddl.TRACES} WHERE {request_id} = 'chatcmpl-b'").result_rows
+                          f"FROM `{clickhouse_database}`.{TABLES.traces} WHERE {request_id} = 'chatcmpl-b'").result_rows
     assert stored == [("llm_request", "Server", "unknown_service:python", "7e-7")]
 
 
@@ -144,9 +146,9 @@ def test_version_6_upgrades_a_database_that_holds_spans(clickhouse_server, click
     client, db = clickhouse_server.client(), clickhouse_database
     opts = SchemaOptions(database=db)
     migrations.migrate(client, opts)
-    client.command(f"ALTER TABLE {opts.table(ddl.TRACES)} " + ", ".join(
+    client.command(f"ALTER TABLE {opts.table(TABLES.traces)} " + ", ".join(
         f"MODIFY COLUMN {name} {kind} MATERIALIZED {expr}" for name, (kind, expr) in BEFORE_VERSION_6.items()))
-    client.command(f"DELETE FROM {opts.table(ddl.MIGRATIONS)} WHERE Version = 6")
+    client.command(f"DELETE FROM {opts.table(TABLES.migrations)} WHERE Version = 6")
     stop_merges(client, db)
     insert_spans(client, db, [vllm_row("before", "a" * 32)])
     assert by_request_id(client, db)["before"][:5] == (None, None, None, 0, 0)
@@ -158,10 +160,10 @@ def test_version_6_upgrades_a_database_that_holds_spans(clickhouse_server, click
     # Only the expression changed: no mutation ran, and the part stored before keeps its values.
     assert rows["before"][:5] == (None, None, None, 0, 0)
     assert client.query("SELECT count() FROM system.mutations WHERE database = {db:String} AND table = {t:String}",
-                        parameters={"db": db, "t": ddl.TRACES}).result_rows == [(0,)]
+                        parameters={"db": db, "t": TABLES.traces}).result_rows == [(0,)]
     # The optional rewrite the docstring names fills the old part too.
-    client.command(f"SYSTEM START MERGES {opts.table(ddl.TRACES)}")
-    client.command(f"ALTER TABLE {opts.table(ddl.TRACES)} MATERIALIZE COLUMN TtftMs", settings={"mutations_sync": 2})
+    client.command(f"SYSTEM START MERGES {opts.table(TABLES.traces)}")
+    client.command(f"ALTER TABLE {opts.table(TABLES.traces)} MATERIALIZE COLUMN TtftMs", settings={"mutations_sync": 2})
     assert by_request_id(client, db)["before"][0] == 250.0
     # Running it again changes nothing.
     for statement in ddl.fallback_columns(opts):

@@ -25,6 +25,8 @@ from infersight.pipelines.schema.ddl import SchemaOptions
 from tests.pipelines.receiver_payloads import request
 from tests.pipelines.sql_users_server import SqlUsersServer
 
+TABLES = ddl.DEFAULT_TABLES  # the schema's table names
+
 DATABASE = "traces"
 pytestmark = pytest.mark.real
 
@@ -108,7 +110,7 @@ def test_the_writer_migrates_and_inserts_as_the_receiver_does(server, credential
         assert applied and migrations.migrate(writer, SchemaOptions(database=DATABASE)) == []
         body = ingest_sql.frame([request(spans=3, tokens=4).SerializeToString()])
         writer.command(ingest_sql.insert_query(DATABASE), data=body, settings=ingest_sql.settings("users-sql"))
-        assert writer.query(f"SELECT count() FROM {DATABASE}.{ddl.TRACES}").result_rows == [(3,)]
+        assert writer.query(f"SELECT count() FROM {DATABASE}.{TABLES.traces}").result_rows == [(3,)]
         for refused in (f"SELECT * FROM file('{credentials.path}', 'LineAsString')",
                         "SELECT * FROM url('http://127.0.0.1:9/', 'LineAsString', 'x String')",
                         "CREATE DATABASE elsewhere", "CREATE USER evil IDENTIFIED BY 'x'"):
@@ -124,8 +126,8 @@ def test_the_reader_only_reads(server, credentials):
     writer.close()
     reader = as_role(server, credentials, clickhouse_users.READER, DATABASE)
     try:
-        assert reader.query(f"SELECT count() >= 0 FROM {ddl.TRACES}").result_rows == [(True,)]
-        for refused in (f"INSERT INTO {ddl.TRACES} (TraceId) VALUES ('forged')", f"DROP TABLE {ddl.TRACES}",
+        assert reader.query(f"SELECT count() >= 0 FROM {TABLES.traces}").result_rows == [(True,)]
+        for refused in (f"INSERT INTO {TABLES.traces} (TraceId) VALUES ('forged')", f"DROP TABLE {TABLES.traces}",
                         "CREATE TABLE t (x UInt8) ENGINE = Memory", "SET readonly = 0",
                         f"SELECT * FROM file('{credentials.path}', 'LineAsString')"):
             with pytest.raises(Exception, match="ACCESS_DENIED|Not enough privileges|READONLY|readonly"):
