@@ -24,6 +24,11 @@ body (query analysis: the fixed cost per insert) and per span into the Null tabl
 schema, with this/REF ratios (CPU rather than wall time: steadier on a shared machine). ``--nested-share``
 puts a nested array attribute (depth 2) on that share of requests (this checkout's writer stores
 such a batch in two inserts: the refused one, then the re-encoded one; both are counted here).
+``--cpu-stages`` is the same ladder by ClickHouse's process CPU instead of wall time (steadier on a
+shared machine), median of three interleaved rounds: an empty insert (the fixed cost), the Null
+table, otel_traces alone, the full schema, and the full schema without each of its materialized
+views in turn (what each view costs); the gate's share (the Python thread in the ClickHouse process
+that checks credentials and streams each body through) is printed beside each.
 ``--client`` measures the receiver's side of one insert (this process's CPU per span, the batch
 already framed) for the same batch, interleaved rounds: the sink's own HTTP POST against
 clickhouse-connect's ``command(sql, data=batch)``, which the sink used before (it decodes the whole
@@ -145,6 +150,64 @@ def token_shapes(traces: int, rounds: int = 3) -> None:
     print(f"  {'case':<42}{'CPU-us/span':>12}{'x no timelines':>16}{'before/this':>13}")
     for label, values in cpu.items():
         print(f"  {label:<42}{min(values):>12.2f}{min(values) / base:>16.2f}{before / min(values):>13.2f}")
+
+
+def thread_cpu_seconds(pid: int, tid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def cpu_stages(traces: int, shares: list[float], rounds: int = 3) -> None:
+    from infersight.pipelines.clickhouse_server import ClickHouseServer
+    from infersight.pipelines.receiver import ingest_sql
+    from infersight.pipelines.schema import ddl, migrations
+    from infersight.pipelines.schema.ddl import SchemaOptions
+
+    spans = traces * 7
+    batches = {share: ingest_sql.frame(build_requests(traces, share)) for share in shares}
+    with tempfile.TemporaryDirectory(prefix="infersight-profile-") as tmp, ClickHouseServer(tmp) as server:
+        client = server.client(send_receive_timeout=600)
+        migrations.migrate(client, SchemaOptions(database="full"))
+        client.command("CREATE DATABASE bare")
+        for statement in ddl.traces_table(SchemaOptions(database="bare")):
+            client.command(statement)
+        client.command("CREATE DATABASE nul")
+        client.command(f"CREATE TABLE nul.{ddl.TRACES} AS bare.{ddl.TRACES} ENGINE = Null")
+        views = [row[0] for row in client.query(
+            "SELECT name FROM system.tables WHERE database = 'full' AND engine = 'MaterializedView' ORDER BY name"
+        ).result_rows]
+        for index, view in enumerate(views):
+            migrations.migrate(client, SchemaOptions(database=f"minus{index}"))
+            client.command(f"DROP TABLE minus{index}.{view}")
+        pid = server.proc.pid
+        pids = [pid, *children_of(pid)]
+        cases = [("fixed cost: an empty insert", "nul", False), ("parse + flatten + render (Null table)", "nul", True),
+                 ("+ write otel_traces (no views)", "bare", True), ("full schema", "full", True),
+                 *((f"full schema without {view}", f"minus{index}", True) for index, view in enumerate(views))]
+        counter = iter(range(1_000_000))
+        cpu: dict[tuple[float, str], list[tuple[float, float]]] = {}
+        for _ in range(rounds):  # interleaved: every case of a round back to back
+            for share in shares:
+                for label, database, with_body in cases:
+                    before, gate = sum(cpu_seconds(p) for p in pids), thread_cpu_seconds(pid, pid)
+                    client.command(ingest_sql.insert_query(database), data=batches[share] if with_body else b"",
+                                   settings=ingest_sql.settings(f"stages-{next(counter)}"))
+                    cpu.setdefault((share, label), []).append(
+                        (sum(cpu_seconds(p) for p in pids) - before, thread_cpu_seconds(pid, pid) - gate))
+        client.close()
+    print(f"\nClickHouse process CPU per span, {spans:,} spans per insert, median of {rounds} rounds "
+          f"(CPU comes in 10 ms ticks); load average {os.getloadavg()[0]:.1f}:")
+    for share in shares:
+        full = statistics.median(c for c, _ in cpu[(share, "full schema")])
+        print(f"  timelines on {share:.0%} of request spans{'':<32}"
+              f"{'CPU-us/span':>12}{'x full':>8}{'gate us/span':>14}")
+        for label, _, _ in cases:
+            values = cpu[(share, label)]
+            total, gate = statistics.median(c for c, _ in values), statistics.median(g for _, g in values)
+            print(f"    {label:<66}{1e6 * total / spans:>12.2f}{total / full:>8.2f}{1e6 * gate / spans:>14.2f}")
 
 
 def client_cost(traces: int, share: float, rounds: int = 5) -> None:
@@ -273,7 +336,12 @@ def main() -> int:
                         help="with --against: share of requests carrying a nested array attribute (default 0)")
     parser.add_argument("--client", action="store_true",
                         help="instead: receiver CPU per span of one insert: its POST vs clickhouse-connect")
+    parser.add_argument("--cpu-stages", action="store_true",
+                        help="instead: ClickHouse's CPU per span by stage and per materialized view")
     args = parser.parse_args()
+    if args.cpu_stages:
+        cpu_stages(args.traces, args.timeline_share)
+        return 0
     if args.client:
         for share in args.timeline_share:
             client_cost(args.traces, share)
