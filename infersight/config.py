@@ -294,9 +294,11 @@ class Pipeline(Section):
     # Each insert costs ClickHouse ~70 ms of query analysis whatever its size, so batches are large
     # (benchmarks/pipeline_e2e.py: 100k-span batches ~1.5x the throughput of 50k ones).
     batch_rows: int = Field(100_000, gt=0, le=200_000, description="spans per insert")
-    # Bytes bound the token timelines per insert (ClickHouse's memory): 24 MiB kept a timeline-heavy insert
-    # under ~2 GiB RSS where 64 MiB took 3.3 GiB, while plain spans still fill 100k-span batches.
-    batch_bytes: int = Field(24 * 1024 * 1024, gt=0, description="OTLP protobuf bytes per insert")
+    # Bytes bound the token timelines per insert (ClickHouse's memory). Since timelines are stored as their
+    # text once per request (schema 5), 48 MiB batches of timeline spans (~98k spans) peak at 0.8-0.9 GiB
+    # ClickHouse RSS against 0.7 GiB at 24 MiB and halve the fixed cost per insert per span: 27-34
+    # CPU-us per stored span against 41-42 (benchmarks/pipeline_e2e.py --batch-bytes, issue 18).
+    batch_bytes: int = Field(48 * 1024 * 1024, gt=0, description="OTLP protobuf bytes per insert")
     batch_seconds: float = Field(1.0, gt=0)
     insert_attempts: int = Field(3, gt=0, description="tries per batch before it goes to the spool")
     retry_initial_seconds: float = Field(0.2, gt=0, description="first retry backoff (doubles, with jitter)")
