@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
 
 from infersight.signals import engine as engine_signals
 from infersight.simulator.histogram import CountingHistogram
@@ -26,29 +27,44 @@ FINISH_REASONS = ("stop", "length", "abort", "error")
 PREFILL_DECODE_INTERFERENCE = 0.5  # share of prefill time decode steps lose to it (chunked prefill)
 
 
+# The engine's histograms and their default bounds (vLLM's); an engine format with buckets of its own
+# (SGLang) passes its bounds under these keys.
+DEFAULT_BOUNDS = {"ttft": engine_signals.TTFT.buckets, "itl": engine_signals.INTER_TOKEN.buckets,
+                  "e2e": engine_signals.E2E.buckets, "queue": engine_signals.QUEUE_TIME.buckets,
+                  "prefill": engine_signals.PREFILL_TIME.buckets, "decode": engine_signals.DECODE_TIME.buckets}
+
+
 class EngineStats:
     """What the engine's /metrics counts; a fresh one on every process start."""
 
-    def __init__(self) -> None:
+    def __init__(self, bounds: Mapping[str, Sequence[float]] | None = None) -> None:
+        b = {**DEFAULT_BOUNDS, **(bounds or {})}
         self.prompt_tokens = 0
         self.generation_tokens = 0.0
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.preemptions = 0
         self.finished = dict.fromkeys(FINISH_REASONS, 0)
-        self.ttft = CountingHistogram(engine_signals.TTFT.buckets)
-        self.itl = CountingHistogram(engine_signals.INTER_TOKEN.buckets)
-        self.e2e = CountingHistogram(engine_signals.E2E.buckets)
-        self.queue = CountingHistogram(engine_signals.QUEUE_TIME.buckets)
-        self.prefill = CountingHistogram(engine_signals.PREFILL_TIME.buckets)
-        self.decode = CountingHistogram(engine_signals.DECODE_TIME.buckets)
+        # Counted when a request finishes (SGLang's tokenizer counts its tokens then, not per step).
+        self.done_prompt_tokens = 0
+        self.done_generation_tokens = 0
+        self.done_cached_tokens = 0
+        self.ttft = CountingHistogram(b["ttft"])
+        self.itl = CountingHistogram(b["itl"])
+        self.e2e = CountingHistogram(b["e2e"])
+        self.queue = CountingHistogram(b["queue"])
+        self.prefill = CountingHistogram(b["prefill"])
+        self.decode = CountingHistogram(b["decode"])
 
 
 class SimEngine:
     def __init__(self, instance: str, model: str, pool: str, node: str, gpu: int, physics: Physics,
-                 cold_factor: float = 3.0, warmup_s: float = 180.0):
+                 cold_factor: float = 3.0, warmup_s: float = 180.0, kind: str = "vllm",
+                 bounds: Mapping[str, Sequence[float]] | None = None):
         self.instance, self.model, self.pool, self.node, self.gpu = instance, model, pool, node, gpu
         self.physics = physics
+        self.kind = kind  # the engine it stands for: the /metrics format it serves (see simulator/formats.py)
+        self.bounds = bounds  # its histograms' bounds (None: vLLM's)
         self.cold_factor = cold_factor  # steps this much slower right after start (graphs, compile caches)
         self.warmup_s = warmup_s
         self.slowdown = 1.0  # a regression in the build: every step this much slower
@@ -65,7 +81,7 @@ class SimEngine:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _reset_state(self) -> None:
-        self.stats = EngineStats()
+        self.stats = EngineStats(self.bounds)
         self.waiting: deque[SimRequest] = deque()
         self.waiting_tokens = 0
         self.prefilling: list[SimRequest] = []
@@ -265,6 +281,9 @@ class SimEngine:
             req.step_s = step
             reason = "length" if req.draw.output_tokens >= 4096 else "stop"
             self.stats.finished[reason] += 1
+            self.stats.done_prompt_tokens += req.draw.prompt_tokens
+            self.stats.done_generation_tokens += req.draw.output_tokens
+            self.stats.done_cached_tokens += req.cached
             self.stats.e2e.observe(req.done_at - req.engine_arrival)
             self.stats.decode.observe(req.done_at - req.first_token)
             done.append(req)

@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from infersight.simulator.clients import Backoff, ClientPolicy
+from infersight.simulator.physics import Physics
 from infersight.simulator.routing import Strategy
 from infersight.simulator.scenario import Event
 from infersight.simulator.workload import Lengths
@@ -35,16 +36,22 @@ def restart(fleet: Fleet, event: Event, down_s: float = 60.0) -> None:
 
 
 def rollout(fleet: Fleet, event: Event, waves: int = 4, wave_interval_s: float = 120.0, down_s: float = 90.0,
-            drain_s: float = 60.0, slowdown: float = 1.0, prefill_slowdown: float = 1.0) -> None:
+            drain_s: float = 60.0, slowdown: float = 1.0, prefill_slowdown: float = 1.0,
+            memory_utilization: float | None = None) -> None:
     """A rolling deploy in ``waves``: each wave drains (no new requests for ``drain_s``), then restarts
-    into the new build (``slowdown``, ``prefill_slowdown``: its regression)."""
+    into the new build (``slowdown``, ``prefill_slowdown``: its regression; ``memory_utilization``: the
+    share of GPU memory it takes for weights and KV cache, when the build changes it)."""
     engines = _targets(fleet, event)
     size = math.ceil(len(engines) / waves)
+    physics = None
+    if memory_utilization is not None:
+        p, cap = fleet.physics, fleet.config.capacity
+        physics = Physics.build(p.model, p.gpu, cap.prefill_utilization, memory_utilization)
     for wave in range(waves):
         group = engines[wave * size:(wave + 1) * size]
         fleet.later(wave * wave_interval_s, lambda g=group: _drain(g))
         fleet.later(wave * wave_interval_s + drain_s,
-                    lambda g=group: _deploy(fleet, g, down_s, slowdown, prefill_slowdown))
+                    lambda g=group: _deploy(fleet, g, down_s, slowdown, prefill_slowdown, physics))
 
 
 def _drain(engines: list[SimEngine]) -> None:
@@ -52,10 +59,13 @@ def _drain(engines: list[SimEngine]) -> None:
         engine.draining = True
 
 
-def _deploy(fleet: Fleet, engines: list[SimEngine], down_s: float, slowdown: float, prefill_slowdown: float) -> None:
+def _deploy(fleet: Fleet, engines: list[SimEngine], down_s: float, slowdown: float, prefill_slowdown: float,
+            physics: Physics | None = None) -> None:
     for engine in engines:  # still draining: the gateway deregistered it until it joins again
         engine.slowdown = slowdown
         engine.prefill_slowdown = prefill_slowdown
+        if physics is not None:
+            engine.physics = physics
         fleet.restart(engine, down_s)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from infersight.capacity import GPU_PRESETS
 from infersight.collectors.gpu.sim import ManualClock, SimBackend
 from infersight.config import Config
+from infersight.simulator import formats
 from infersight.simulator.clients import Clients
 from infersight.simulator.engine import SimEngine
 from infersight.simulator.events import apply, check
@@ -26,7 +27,7 @@ from infersight.simulator.gateway import Gateway, Pool
 from infersight.simulator.gateway_metrics import GatewayMetrics
 from infersight.simulator.physics import Physics
 from infersight.simulator.request import SimRequest
-from infersight.simulator.scenario import Event, Scenario
+from infersight.simulator.scenario import Event, PoolSpec, Scenario
 from infersight.simulator.workload import Traffic
 
 GPUS_PER_NODE = 8
@@ -60,8 +61,14 @@ class Fleet:
         self.clients = Clients(scenario.clients, random.Random(scenario.seed + 1))
         self.traffic = {w.model: Traffic(w, random.Random(f"{scenario.seed}/{w.model}")) for w in scenario.workload}
         pools = []
+        self.pool_engine: dict[tuple[str, str], str] = {}  # (model, pool) -> the engine its instances run
+        self.pool_physics: dict[tuple[str, str], Physics] = {}  # pools whose engines keep another memory share
         for fleet_model in scenario.fleet:
             for spec in fleet_model.pools:
+                self.pool_engine[(fleet_model.name, spec.name)] = spec.engine
+                if spec.memory_utilization != PoolSpec.model_fields["memory_utilization"].default:
+                    self.pool_physics[(fleet_model.name, spec.name)] = Physics.build(
+                        cap.model, gpu, cap.prefill_utilization, spec.memory_utilization)
                 engines = [self._new_engine(fleet_model.name, spec.name) for _ in range(spec.instances)]
                 pools.append(Pool(fleet_model.name, spec.name, spec.strategy, engines, spec.weight))
         self.gateway = Gateway(pools, scenario.gateway, self.metrics, random.Random(scenario.seed + 2),
@@ -90,7 +97,10 @@ class Fleet:
         node = self.nodes[-1]
         gpu = node.used
         node.used += 1
-        return SimEngine(f"{node.name}:{ENGINE_PORT + gpu}", model, pool, node.name, gpu, self.physics)
+        kind = self.pool_engine.get((model, pool), formats.DEFAULT)
+        physics = self.pool_physics.get((model, pool), self.physics)
+        return SimEngine(f"{node.name}:{ENGINE_PORT + gpu}", model, pool, node.name, gpu, physics, kind=kind,
+                         bounds=formats.bounds(kind))
 
     def add_engine(self, model: str, pool: str) -> SimEngine:
         engine = self._new_engine(model, pool)

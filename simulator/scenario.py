@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infersight.alerts.model import Severity
 from infersight.simulator.clients import ClientPolicy
+from infersight.simulator.formats import FORMATS
 from infersight.simulator.gateway import GatewayPolicy
 from infersight.simulator.routing import Strategy
 from infersight.simulator.workload import Workload
@@ -35,6 +36,17 @@ class PoolSpec(Strict):
     instances: int = Field(gt=0, le=512)
     strategy: Strategy = Strategy.LEAST_CONN
     weight: float = Field(1.0, gt=0, description="share of the model's traffic, relative to its other pools")
+    engine: str = Field("vllm", description="the engine its instances run: the /metrics they serve (vllm, sglang)")
+    memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="share of GPU memory the engine takes for weights and KV cache (vLLM "
+                                     "--gpu-memory-utilization, SGLang --mem-fraction-static)")
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        if value not in FORMATS:
+            raise ValueError(f"engine {value!r} is not simulated; simulated: {', '.join(FORMATS)}")
+        return value
 
 
 class ModelFleet(Strict):

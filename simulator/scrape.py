@@ -23,15 +23,16 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry
 
 from infersight.collectors.engine.collector import EngineCollector, TargetResult
-from infersight.collectors.engine.engines import VLLM
+from infersight.collectors.engine.engines import ENGINES
 from infersight.collectors.engine.normalize import normalize_families
+from infersight.collectors.engine.rules import EngineSpec
 from infersight.collectors.engine.targets import Target
 from infersight.collectors.gpu.collector import build_registry
 from infersight.collectors.gpu.sampler import Sampler
 from infersight.signals import engine as engine_signals
 from infersight.signals import gpu as gpu_signals
 from infersight.signals.engine import KV_CACHE_CAPACITY
-from infersight.simulator import vllm_format
+from infersight.simulator import formats
 from infersight.simulator.engine import SimEngine
 
 Sample = tuple[str, dict[str, str], float]
@@ -51,35 +52,40 @@ class SimEngineCollector(EngineCollector):
 
     def __init__(self, engines: dict[str, SimEngine], keep: Callable[[str], bool] | None = None):
         self.sim_engines = engines
-        self.wanted = _wanted_vllm_families(keep)
+        self.keep = keep
+        self.wanted: dict[str, set[str] | None] = {}  # per engine format
         # The cycle as the collector runs it, without threads (max_workers 0): nothing here waits.
         super().__init__(log_changes=False, max_workers=0)
 
     def sync_targets(self) -> None:
-        self.static_targets = [Target(url=f"http://{e.instance}/metrics", engine="vllm", pool=e.pool, node=e.node,
+        self.static_targets = [Target(url=f"http://{e.instance}/metrics", engine=e.kind, pool=e.pool, node=e.node,
                                       gpu=str(e.gpu)) for e in self.sim_engines.values()]
 
     def _scrape(self, target: Target) -> TargetResult:
         engine = next(e for e in self.sim_engines.values() if target.url == f"http://{e.instance}/metrics")
         if not engine.up:
-            return TargetResult(target, "vllm", SIMULATED_FETCH_S, reason="down", detail="connection refused")
-        families = vllm_format.families(engine)
-        if self.wanted is not None:
-            families = {k: v for k, v in families.items() if k in self.wanted}
-        normalized = normalize_families(families, target.labels(), "vllm")
-        return TargetResult(target, "vllm", SIMULATED_FETCH_S, normalized)
+            return TargetResult(target, engine.kind, SIMULATED_FETCH_S, reason="down", detail="connection refused")
+        families = formats.families(engine)
+        if engine.kind not in self.wanted:
+            self.wanted[engine.kind] = _wanted_families(ENGINES[engine.kind], self.keep)
+        wanted = self.wanted[engine.kind]
+        if wanted is not None:
+            families = {k: v for k, v in families.items() if k in wanted}
+        normalized = normalize_families(families, target.labels(), engine.kind)
+        return TargetResult(target, engine.kind, SIMULATED_FETCH_S, normalized)
 
 
-def _wanted_vllm_families(keep: Callable[[str], bool] | None) -> set[str] | None:
-    """The vLLM families whose normalized series ``keep`` wants (None: all of them)."""
+def _wanted_families(spec: EngineSpec, keep: Callable[[str], bool] | None) -> set[str] | None:
+    """The engine's families whose normalized series ``keep`` wants (None: all of them)."""
     if keep is None:
         return None
     wanted = set()
-    for rule in VLLM.rules:
+    for rule in spec.rules:
         if any(keep(name) for name in rule.signal.series_names()):
             wanted.update(rule.sources)
+            wanted.update(name for name in (rule.requires, rule.unless_family) if name)
     if any(keep(name) for name in KV_CACHE_CAPACITY.series_names()):
-        wanted.update(VLLM.derive_sources)
+        wanted.update(spec.derive_sources)
     return wanted
 
 

@@ -238,7 +238,7 @@ class DemoRun:
         self._engine_targets = len(engines)
         groups = [{"targets": [endpoints.gateway_target],
                    "labels": {"__metrics_path__": endpoints.engine_path(e.instance), "instance": e.instance,
-                              "engine": "vllm", "pool": e.pool, "node": e.node, "gpu": str(e.gpu)}}
+                              "engine": e.kind, "pool": e.pool, "node": e.node, "gpu": str(e.gpu)}}
                   for e in engines]
         _write_atomically(sd_file, json.dumps(groups))
 

@@ -78,7 +78,7 @@ def serve_registry(registry) -> ThreadingHTTPServer:
 
 class FleetEndpoints:
     """The simulated fleet over HTTP, on one port: the gateway's /metrics (its request and instance-health
-    series) and every engine's vLLM-format /metrics at ``/engines/<instance>/metrics``.
+    series) and every engine's /metrics in its engine's format (vLLM, SGLang) at ``/engines/<instance>/metrics``.
 
     :meth:`refresh` renders them all in the fleet's own thread between ticks (the fleet only
     changes there), and requests are answered from that rendering without waiting for the fleet:
@@ -108,12 +108,12 @@ class FleetEndpoints:
 
     def refresh(self) -> None:
         """Render every page from the fleet's current state; call it from the fleet's thread."""
-        from infersight.simulator import vllm_format
+        from infersight.simulator import formats
 
         fleet = self.fleet
         pages = {"/gateway/metrics": (200, generate(fleet.metrics.registry))}
         for engine in fleet.engines():
-            page = (200, vllm_format.exposition(engine).encode()) if engine.up else (503, b"engine down\n")
+            page = (200, formats.exposition(engine).encode()) if engine.up else (503, b"engine down\n")
             pages[self.engine_path(engine.instance)] = page
         self.pages = pages  # one reference swap: a request sees the old pages or the new ones
 
