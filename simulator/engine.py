@@ -58,6 +58,9 @@ class EngineStats:
 
 
 class SimEngine:
+    role = ""  # its part in prefill/decode disaggregation ("": both, as every engine that is not disaggregated)
+    prefill_only = False  # a disaggregated prefill instance: a request ends with its first token
+
     def __init__(self, instance: str, model: str, pool: str, node: str, gpu: int, physics: Physics,
                  cold_factor: float = 3.0, warmup_s: float = 180.0, kind: str = "vllm",
                  bounds: Mapping[str, Sequence[float]] | None = None):
@@ -199,7 +202,7 @@ class SimEngine:
                 break
             self.waiting.popleft()
             self.waiting_tokens -= req.draw.prompt_tokens
-            start = max(cursor, req.engine_arrival)
+            start = max(cursor, req.engine_arrival, req.ready_at)
             req.cached = self._lookup_cache(req)
             todo = req.draw.prompt_tokens - req.cached
             duration = todo / rate
@@ -216,8 +219,11 @@ class SimEngine:
 
         # Requests whose prefill ended join the decoding batch at the shared stream position.
         still: list[SimRequest] = []
+        prefilled: list[SimRequest] = []
         for req in self.prefilling:
-            if req.first_token <= t1:
+            if req.first_token <= t1 and self.prefill_only:
+                prefilled.append(req)
+            elif req.first_token <= t1:
                 req.s_start = self.S
                 req.s_end = self.S + max(0, req.draw.output_tokens - 1)
                 self.decoding[req.id] = req
@@ -229,6 +235,17 @@ class SimEngine:
             else:
                 still.append(req)
         self.prefilling = still
+        for req in prefilled:  # its first token ends it (max_tokens 1): no decode step, its KV cache freed
+            self.kv_prompt -= req.draw.prompt_tokens
+            req.done_at = req.first_token
+            stats.ttft.observe(req.first_token - req.engine_arrival)
+            stats.queue.observe(req.admitted - req.engine_arrival)
+            stats.prefill.observe(req.first_token - req.admitted)
+            stats.e2e.observe(req.done_at - req.engine_arrival)
+            stats.finished["length"] += 1
+            stats.generation_tokens += 1
+        if prefilled and len(self.order) > 4 * len(self.prefilling) + 64:
+            self.order = [r for r in self.order if r in self.prefilling]
 
         n = len(self.decoding)
         step = self.step_s(t0)
@@ -248,7 +265,7 @@ class SimEngine:
         self.bandwidth_share = min(1.0, BANDWIDTH_EFFICIENCY * steps * gpu_step / dt + 0.3 * prefill_busy / dt)
         flops = phys.decode_flops(n * steps + prefill_tokens)
         self.compute_share = min(1.0, flops / (phys.gpu.flops * dt))
-        return finished
+        return finished + prefilled if prefilled else finished
 
     def _preempt_overflow(self) -> None:
         capacity = self.physics.kv_capacity_tokens

@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from infersight.simulator.clients import Backoff, ClientPolicy
+from infersight.simulator.disaggregation import GB, DecodeEngine
 from infersight.simulator.physics import Physics
 from infersight.simulator.routing import Strategy
 from infersight.simulator.scenario import Event
@@ -138,8 +139,15 @@ def clients(fleet: Fleet, event: Event, backoff: str | None = None, max_retries:
     fleet.clients.policy = ClientPolicy.model_validate({**fleet.clients.policy.model_dump(), **update})
 
 
+def kv_link(fleet: Fleet, event: Event, gb_s: float = 40.0) -> None:
+    """The decode instances' KV links now carry ``gb_s`` (an RDMA path falling back to TCP, a congested fabric)."""
+    for engine in _targets(fleet, event):
+        if isinstance(engine, DecodeEngine):
+            engine.link.bytes_per_s = gb_s * GB
+
+
 ACTIONS = {f.__name__: f for f in (restart, rollout, add_instances, rate, network_jitter, prefix_change, gpu_off_bus,
-                                   strategy, lengths, clients)}
+                                   strategy, lengths, clients, kv_link)}
 
 
 def check(event: Event) -> None:

@@ -21,6 +21,7 @@ from infersight.collectors.gpu.sim import ManualClock, SimBackend
 from infersight.config import Config
 from infersight.simulator import formats
 from infersight.simulator.clients import Clients
+from infersight.simulator.disaggregation import DecodeEngine, Disaggregation, PrefillEngine
 from infersight.simulator.engine import SimEngine
 from infersight.simulator.events import apply, check
 from infersight.simulator.gateway import Gateway, Pool
@@ -63,17 +64,28 @@ class Fleet:
         pools = []
         self.pool_engine: dict[tuple[str, str], str] = {}  # (model, pool) -> the engine its instances run
         self.pool_physics: dict[tuple[str, str], Physics] = {}  # pools whose engines keep another memory share
+        self.prefill_engines: list[SimEngine] = []  # disaggregated pools' prefill side (not behind the gateway)
         for fleet_model in scenario.fleet:
             for spec in fleet_model.pools:
                 self.pool_engine[(fleet_model.name, spec.name)] = spec.engine
                 if spec.memory_utilization != PoolSpec.model_fields["memory_utilization"].default:
                     self.pool_physics[(fleet_model.name, spec.name)] = Physics.build(
                         cap.model, gpu, cap.prefill_utilization, spec.memory_utilization)
-                engines = [self._new_engine(fleet_model.name, spec.name) for _ in range(spec.instances)]
+                if spec.prefill_instances:
+                    pd = Disaggregation(self.pool_physics.get((fleet_model.name, spec.name), self.physics))
+                    pd.prefill_engines = [self._new_engine(fleet_model.name, spec.name, PrefillEngine, pd=pd)
+                                          for _ in range(spec.prefill_instances)]
+                    self.prefill_engines += pd.prefill_engines
+                    engines = [self._new_engine(fleet_model.name, spec.name, DecodeEngine, pd=pd,
+                                                link_gb_s=spec.kv_link_gb_s) for _ in range(spec.instances)]
+                else:
+                    engines = [self._new_engine(fleet_model.name, spec.name) for _ in range(spec.instances)]
                 pools.append(Pool(fleet_model.name, spec.name, spec.strategy, engines, spec.weight))
         self.gateway = Gateway(pools, scenario.gateway, self.metrics, random.Random(scenario.seed + 2),
                                self.clients.done)
-        for engine in self.engines():
+        for engine in self.prefill_engines:
+            engine.start(0.0, cold=False)
+        for engine in self.gateway_engines():
             engine.start(0.0, cold=False)
             self.gateway.join(engine, 0.0, self.wall(0.0), cold=False)
         self.events: list[Event] = sorted(scenario.events, key=lambda e: e.at_minute)
@@ -89,7 +101,7 @@ class Fleet:
         return self.epoch + t / self.speed
 
     # -- building ---------------------------------------------------------------------------------
-    def _new_engine(self, model: str, pool: str) -> SimEngine:
+    def _new_engine(self, model: str, pool: str, cls: type[SimEngine] = SimEngine, **kw) -> SimEngine:
         if not self.nodes or self.nodes[-1].used == GPUS_PER_NODE:
             name = f"sim-n{len(self.nodes) + 1:02d}"
             self.nodes.append(Node(name, SimBackend(GPUS_PER_NODE, self.scenario.gpu_type, clock=self.clock,
@@ -99,8 +111,8 @@ class Fleet:
         node.used += 1
         kind = self.pool_engine.get((model, pool), formats.DEFAULT)
         physics = self.pool_physics.get((model, pool), self.physics)
-        return SimEngine(f"{node.name}:{ENGINE_PORT + gpu}", model, pool, node.name, gpu, physics, kind=kind,
-                         bounds=formats.bounds(kind))
+        return cls(f"{node.name}:{ENGINE_PORT + gpu}", model, pool, node.name, gpu, physics, kind=kind,
+                   bounds=formats.bounds(kind), **kw)
 
     def add_engine(self, model: str, pool: str) -> SimEngine:
         engine = self._new_engine(model, pool)
@@ -109,8 +121,12 @@ class Fleet:
         self.gateway.add(target, engine, self.now, self.wall(self.now))
         return engine
 
-    def engines(self) -> list[SimEngine]:
+    def gateway_engines(self) -> list[SimEngine]:
         return [e for pool in self.gateway.pools for e in pool.engines] if hasattr(self, "gateway") else []
+
+    def engines(self) -> list[SimEngine]:
+        """Every engine; prefill instances first, so that a tick hands their prompts to the decode side in time."""
+        return [*getattr(self, "prefill_engines", ()), *self.gateway_engines()]
 
     def node_of(self, engine: SimEngine) -> Node:
         return next(n for n in self.nodes if n.name == engine.node)
@@ -142,7 +158,8 @@ class Fleet:
                 self._restarts.remove(engine)
                 engine.start(t0, cold=True)
                 engine.draining = False
-                self.gateway.join(engine, t0, self.wall(t0), cold=True)
+                if engine.instance in self.gateway.engines:  # a prefill instance is not behind the gateway
+                    self.gateway.join(engine, t0, self.wall(t0), cold=True)
         for traffic, r0, r1, a, b in list(self._ramps):
             share = min(1.0, (t0 - r0) / (r1 - r0)) if r1 > r0 else 1.0
             traffic.rate_factor = a + (b - a) * share

@@ -13,7 +13,7 @@ from types import ModuleType
 from prometheus_client.samples import Sample
 
 from infersight.collectors.engine.engines import SGLANG, VLLM
-from infersight.simulator import sglang_format, vllm_format
+from infersight.simulator import disaggregation, sglang_format, vllm_format
 from infersight.simulator.engine import SimEngine
 
 FORMATS: dict[str, ModuleType] = {VLLM.name: vllm_format, SGLANG.name: sglang_format}
@@ -26,8 +26,12 @@ def bounds(engine: str) -> Mapping[str, Sequence[float]] | None:
 
 
 def families(engine: SimEngine) -> dict[str, list[Sample]]:
+    if isinstance(engine, disaggregation.DecodeEngine):  # a KV consumer exposes its KV loads too
+        return disaggregation.vllm_families(engine)
     return FORMATS[engine.kind].families(engine)
 
 
 def exposition(engine: SimEngine) -> str:
+    if isinstance(engine, disaggregation.DecodeEngine):
+        return disaggregation.vllm_exposition(engine)
     return FORMATS[engine.kind].exposition(engine)

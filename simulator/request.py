@@ -9,7 +9,7 @@ class SimRequest:
     __slots__ = ("id", "model", "pool", "strategy", "draw", "arrival", "client_attempt", "gateway_attempt",
                  "instance", "engine_arrival", "admitted", "first_token", "cached", "s_start", "s_end", "done_at",
                  "preempted", "extra_latency", "fail_at", "step_s", "queued_at", "routed_at", "deadline",
-                 "attempt_at", "failed_attempts")
+                 "attempt_at", "failed_attempts", "ready_at")
 
     def __init__(self, rid: int, model: str, pool: str, strategy: str, draw: Draw, arrival: float,
                  client_attempt: int, deadline: float):
@@ -37,3 +37,4 @@ class SimRequest:
         self.attempt_at: float | None = None  # when the gateway's current attempt started (None: never routed)
         # The gateway's attempts that broke, (instance, started, ended, UpstreamError), for the trace replay
         self.failed_attempts: list[tuple[str, float, float, str]] | None = None
+        self.ready_at = 0.0  # the engine can start it no earlier (disaggregated: when its KV cache has arrived)

@@ -40,6 +40,16 @@ class PoolSpec(Strict):
     memory_utilization: float = Field(
         0.9, gt=0, le=1, description="share of GPU memory the engine takes for weights and KV cache (vLLM "
                                      "--gpu-memory-utilization, SGLang --mem-fraction-static)")
+    prefill_instances: int = Field(
+        0, ge=0, le=512, description="> 0: disaggregated: `instances` decode instances behind the gateway, this "
+                                     "many prefill instances, the KV cache read over each decode's link")
+    kv_link_gb_s: float = Field(40.0, gt=0, description="a decode instance's bandwidth for KV reads, GB/s")
+
+    @model_validator(mode="after")
+    def _disaggregated_on_vllm(self) -> PoolSpec:
+        if self.prefill_instances and self.engine != "vllm":
+            raise ValueError("prefill_instances: disaggregated pools are simulated on vllm (its NIXL KV connector)")
+        return self
 
     @field_validator("engine")
     @classmethod
@@ -59,7 +69,7 @@ class Event(Strict):
 
     at_minute: float = Field(ge=0)
     action: Literal["restart", "rollout", "add_instances", "rate", "network_jitter", "prefix_change",
-                    "gpu_off_bus", "strategy", "lengths", "clients"]
+                    "gpu_off_bus", "strategy", "lengths", "clients", "kv_link"]
     model: str | None = None
     pool: str | None = None
     instances: list[int] | None = Field(None, description="indices into the model's pool (or all its instances)")

@@ -59,7 +59,7 @@ class SimEngineCollector(EngineCollector):
 
     def sync_targets(self) -> None:
         self.static_targets = [Target(url=f"http://{e.instance}/metrics", engine=e.kind, pool=e.pool, node=e.node,
-                                      gpu=str(e.gpu)) for e in self.sim_engines.values()]
+                                      gpu=str(e.gpu), role=e.role) for e in self.sim_engines.values()]
 
     def _scrape(self, target: Target) -> TargetResult:
         engine = next(e for e in self.sim_engines.values() if target.url == f"http://{e.instance}/metrics")
@@ -114,6 +114,7 @@ class FleetScraper:
 
     def _scrape(self) -> Iterator[Sample]:
         yield from _registry(self.fleet.metrics.registry, GATEWAY_JOB, GATEWAY_TARGET)
+        self.engine_collector.sim_engines = {e.instance: e for e in self.fleet.engines()}  # prefill ones too
         self.engine_collector.sync_targets()
         cycle = self.engine_collector.run_cycle()
         yield from _families(cycle.families, ENGINES_JOB, COLLECTOR_TARGET)

@@ -86,9 +86,14 @@ def _labels_text(labels: dict[str, str]) -> str:
 
 def exposition(engine: SimEngine) -> str:
     """Prometheus text format 0.0.4, as vLLM serves it on /metrics."""
+    return render(families(engine), FAMILIES)
+
+
+def render(by_family: dict[str, list[Sample]], meta: dict[str, tuple[str, str]]) -> str:
+    """Families as Prometheus text format 0.0.4; ``meta``: family -> (type, help)."""
     lines: list[str] = []
-    for family, samples in families(engine).items():
-        kind, help_text = FAMILIES[family]
+    for family, samples in by_family.items():
+        kind, help_text = meta[family]
         exposed = family + "_total" if kind == "counter" else family
         lines.append(f"# HELP {exposed} {help_text}")
         lines.append(f"# TYPE {exposed} {kind}")

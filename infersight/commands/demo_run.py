@@ -238,7 +238,8 @@ class DemoRun:
         self._engine_targets = len(engines)
         groups = [{"targets": [endpoints.gateway_target],
                    "labels": {"__metrics_path__": endpoints.engine_path(e.instance), "instance": e.instance,
-                              "engine": e.kind, "pool": e.pool, "node": e.node, "gpu": str(e.gpu)}}
+                              "engine": e.kind, "pool": e.pool, "node": e.node, "gpu": str(e.gpu),
+                              **({"role": e.role} if e.role else {})}}
                   for e in engines]
         _write_atomically(sd_file, json.dumps(groups))
 
