@@ -5,7 +5,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -56,6 +57,22 @@ def wait_until_stopped() -> None:
             pass
     except KeyboardInterrupt:
         pass
+
+
+def once_or_serve(collector, args, default_listen: str, once: Callable[[Any, str], int],
+                  serve_on: Callable[[Any, Listen], int], fail: Callable[[str], int]) -> int:
+    """A collector command's ending: with ``--once`` one collection printed in ``--format``, else served on
+    ``--listen`` (or ``default_listen``, the config's listener) until stopped; the collector is closed either way."""
+    try:
+        if args.once:
+            return once(collector, args.format)
+        try:
+            address = parse_listen(args.listen or default_listen)
+        except ValueError as exc:
+            return fail(str(exc))
+        return serve_on(collector, address)
+    finally:
+        collector.close()
 
 
 def serve_until_stopped(command: str, registry: CollectorRegistry, listen: Listen, what: str,

@@ -46,7 +46,7 @@ def register(subparsers) -> None:
 
 
 def run(args, config) -> int:
-    from ..exporter import parse_listen
+    from ..exporter import once_or_serve
     from .collector import EngineCollector
     from .targets import TargetError, from_config, parse_target_arg
 
@@ -65,17 +65,7 @@ def run(args, config) -> int:
     if not targets and not file_sd:
         return _fail("no engine targets: pass --target ENGINE=URL, --file-sd PATH, or set engines.targets "
                      "in infersight.yaml")
-    try:
-        if args.once:
-            return _once(collector, args.format)
-        listen = args.listen or config.listeners.engine_exporter
-        try:
-            address = parse_listen(listen)
-        except ValueError as exc:
-            return _fail(str(exc))
-        return _serve(collector, address)
-    finally:
-        collector.close()
+    return once_or_serve(collector, args, config.listeners.engine_exporter, _once, _serve, _fail)
 
 
 def _once(collector, fmt: str) -> int:

@@ -46,7 +46,7 @@ _fail = functools.partial(fail, "collect gateway")
 
 
 def run(args, config) -> int:
-    from infersight.collectors.exporter import parse_listen
+    from infersight.collectors.exporter import once_or_serve
 
     from .collector import GatewayCollector, TargetError, from_config, parse_target_arg
 
@@ -60,17 +60,7 @@ def run(args, config) -> int:
                                      log_changes=not args.once)
     except TargetError as exc:
         return _fail(str(exc))
-    try:
-        if args.once:
-            return _once(collector, args.format)
-        listen = args.listen or config.listeners.gateway_exporter
-        try:
-            address = parse_listen(listen)
-        except ValueError as exc:
-            return _fail(str(exc))
-        return _serve(collector, address)
-    finally:
-        collector.close()
+    return once_or_serve(collector, args, config.listeners.gateway_exporter, _once, _serve, _fail)
 
 
 def _once(collector, fmt: str) -> int:
