@@ -175,7 +175,8 @@ def cpu_stages(traces: int, shares: list[float], rounds: int = 3) -> None:
         for statement in ddl.traces_table(SchemaOptions(database="bare")):
             client.command(statement)
         client.command("CREATE DATABASE nul")
-        client.command(f"CREATE TABLE nul.{ddl.TRACES} AS bare.{ddl.TRACES} ENGINE = Null")
+        table = ddl.DEFAULT_TABLES.traces
+        client.command(f"CREATE TABLE nul.{table} AS bare.{table} ENGINE = Null")
         views = [row[0] for row in client.query(
             "SELECT name FROM system.tables WHERE database = 'full' AND engine = 'MaterializedView' ORDER BY name"
         ).result_rows]
