@@ -260,6 +260,9 @@ class Gateway:
         p = self.policy
         for instance, h in self.health.items():
             engine = self.engines[instance]
+            if engine.draining:
+                # a deploy deregistered it: the gateway neither probes nor ejects it until it joins again
+                continue
             ok = self._probe(engine, now)
             self.metrics.health.health_check(instance, ok, model=engine.model, pool=engine.pool)
             if h.state == EJECTED:

@@ -162,12 +162,14 @@ class Progress:
         self.last_line = -1
         self.every = Every(0.25)  # at most a few redraws a second
 
-    def show(self, minute: float, firing: list[str]) -> None:
+    def show(self, minute: float, firing: list[str], held_s: float = 0.0) -> None:
         if self.quiet:
             return
         m = int(minute)
         incident = "" if self.onset is None else (" before onset" if m < self.onset else f" onset+{m - self.onset:g}")
         alerts = f"  firing: {', '.join(firing)}" if firing else ""
+        if held_s >= 1:  # said while it happens, not only in the summary
+            incident += f", machine busy: {held_s:.0f}s behind"
         if self.tty:
             filled = 30 * m // max(1, self.total)
             print(f"\r\033[K      [{'#' * filled}{'.' * (30 - filled)}] minute {m}/{self.total}{incident} "

@@ -49,8 +49,12 @@ class Replay:
     until :meth:`flush` (called after each tick is logged). Without one, tokens are spaced evenly.
     """
 
-    def __init__(self, tracer_factory, base_s: float, log: DecodeLog | None = None) -> None:
+    def __init__(self, tracer_factory, base_s: float, log: DecodeLog | None = None,
+                 gate: threading.Event | None = None) -> None:
         self.clock = SimClock(base_s)
+        # Replay only while ``gate`` is set (the real-time driver's ``idle``: the fleet waits for the
+        # wall clock), so that tracing never makes the fleet late; None: replay at once.
+        self.gate = gate
         self.tracer: RequestTracer = tracer_factory(self.clock.tracer_clock())
         self.log = log
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -79,11 +83,15 @@ class Replay:
     def close(self, timeout_s: float = 60.0) -> None:
         """Replay what is queued, then stop."""
         self.flush()
+        self.gate = None
         self.queue.put(_DONE)
         self.thread.join(timeout_s)
 
     def _run(self) -> None:
         while (item := self.queue.get()) is not _DONE:
+            gate = self.gate
+            while gate is not None and not gate.wait(0.5):
+                gate = self.gate
             try:
                 self._one(*item)
                 self.replayed += 1

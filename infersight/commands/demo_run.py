@@ -29,7 +29,8 @@ from infersight.commands.demo_stack import (
 from infersight.config import Config
 
 ENGINE_SCRAPE = "2s"
-PAGE_REFRESH_S = 0.5  # the fleet's /metrics pages are rendered this often: twice per (1 s) scrape
+PAGE_REFRESH_S = 0.5  # the gateway's /metrics page is rendered this often: twice per (1 s) scrape
+ENGINE_REFRESH_S = 1.0  # the engines' pages (twice per 2 s engine scrape): rendering twelve costs ~40 ms
 TIMELINE_TOKENS = 256  # a kept timeline keeps its last 256 token times: enough to see a stall, light to ship
 
 
@@ -49,6 +50,7 @@ class DemoRun:
         self._stops: list[tuple[str, Callable[[], None]]] = []
         self.fleet = None
         self.decode_log = None
+        self.driver = None
         self.lock = threading.Lock()
         self.gpu_exporters: dict[str, int] = {}  # node -> port
         self._engine_targets = -1
@@ -149,10 +151,14 @@ class DemoRun:
         decode_log = DecodeLog()  # every engine's decode steps: the token times of the traces, stalls included
         decode_log.record(fleet.engines(), fleet.now)
         self.decode_log = decode_log
+        driver = RealTimeDriver(fleet, self.lock)
+        self.driver = driver
+        # The replay traces requests while the fleet waits for the wall clock (driver.idle): on a busy
+        # machine the traces wait for the end, the fleet does not fall behind because of them.
         replay = Replay(lambda clock: RequestTracer(tracer_provider=tracing.provider, provider_name="vllm",
                                                     sampler=TailSampler(random_share=0.01, seed=7), clock=clock,
                                                     max_timeline_tokens=TIMELINE_TOKENS),
-                        base, decode_log)
+                        base, decode_log, gate=driver.idle)
         self._on_stop("replay", lambda: replay.close(10.0))
         fleet.metrics.on_end = replay.ended
         endpoints.fleet = fleet
@@ -160,21 +166,19 @@ class DemoRun:
         self._sync_gpu_exporters(gpu_sd)
         self._sync_engine_targets(endpoints, engine_sd)
         progress = Progress(self.minutes, self.scenario.onset_minute, self.quiet)
-        driver = RealTimeDriver(fleet, self.lock)
-
-        refresh = Every(PAGE_REFRESH_S)
+        refresh, refresh_engines = Every(PAGE_REFRESH_S), Every(ENGINE_REFRESH_S)
 
         def on_step(t: float) -> None:  # in the fleet's thread, between ticks
             decode_log.record(fleet.engines(), t)
             replay.flush()
             if refresh.due():
-                endpoints.refresh()
+                endpoints.refresh(engines=refresh_engines.due())
             self._sync_gpu_exporters(gpu_sd)
             self._sync_engine_targets(endpoints, engine_sd)
             if progress.every.due():
                 progress.show(t / 60, sorted({a["labels"].get("alertname", "?") for d in webhook.snapshot()
                                               if d.receiver in ON_CALL for a in d.alerts
-                                              if a.get("status") == "firing"}))
+                                              if a.get("status") == "firing"}), driver.held_s)
 
         real_start = time.time()
         driver.run(self.minutes * 60.0, on_step=on_step)

@@ -106,12 +106,16 @@ class FleetEndpoints:
         self.server = _serve(Handler)
         self.port = self.server.server_port
 
-    def refresh(self) -> None:
-        """Render every page from the fleet's current state; call it from the fleet's thread."""
+    def refresh(self, engines: bool = True) -> None:
+        """Render the pages from the fleet's current state (the engines' too unless ``engines`` is
+        False: they keep their last rendering); call it from the fleet's thread."""
         from infersight.simulator import formats
 
         fleet = self.fleet
         pages = {"/gateway/metrics": (200, generate(fleet.metrics.registry))}
+        if not engines:
+            self.pages = {**self.pages, **pages}
+            return
         for engine in fleet.engines():
             page = (200, formats.exposition(engine).encode()) if engine.up else (503, b"engine down\n")
             pages[self.engine_path(engine.instance)] = page

@@ -91,6 +91,10 @@ def from_prometheus(run, prom_url: str, webhook, driver, start: float, end: floa
         raise StackError(f"Prometheus did not answer: {exc}") from None
     reached = deliveries(webhook, minute_at)
     for row in fired:
+        # Real seconds the fleet's clock was held back in the ten real seconds (ten simulated minutes:
+        # the longest `for:` and windows the rules wait) before it fired: Prometheus evaluated those
+        # seconds at 60x while the fleet ran slower, so brief conditions looked longer to the rules.
+        row["held_before_s"] = round(driver.held_between(row["first_ts"] - 10.0, row["first_ts"]), 1)
         row["after_onset"] = None if onset is None else round(row["minute"] - onset, 1)
         row["reached"] = reached.get((row["alert"], row["severity"]), {})
         row["scenario_says"] = _verdict(scenario, row["alert"], row["severity"])
@@ -104,6 +108,7 @@ def from_prometheus(run, prom_url: str, webhook, driver, start: float, end: floa
                          "ok": after is not None and after <= e.within_minutes and on_call,
                          "known_failure": e.known_failure})
     return {"scenario": scenario.name, "title": scenario.title, "onset_minute": onset, "minutes": run.minutes,
+            "holds": len(driver.holds),
             "load_average": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
             "speed": SPEED, "alerts": fired, "expected": expected, "scrape_jobs": jobs,
             "files": {"rules": str(run.out / "rules"),
@@ -173,19 +178,35 @@ def print_summary(s: dict[str, Any]) -> None:
     onset = s["onset_minute"]
     print(f"\n{s['scenario']}: {s['title']}")
     print(f"  {s['minutes']} simulated minutes in {s['real_seconds']:g} s ({s['speed']:g}x), whole demo "
-          f"{s['total_seconds']:g} s; incident onset at minute {onset:g}" if onset is not None else "")
+          f"{s['total_seconds']:g} s" + (f"; incident onset at minute {onset:g}" if onset is not None else ""))
     if s["held_s"] > 1:
-        print(f"  note: this machine was busy: the simulated clock was held back {s['held_s']:g} s in all "
-              "(the fleet ran slower than 60x rather than skip minutes)")
+        speed = s["minutes"] * 60 / s["real_seconds"] if s["real_seconds"] else s["speed"]
+        print(f"  NOTE: this machine was too busy to keep up: the fleet fell behind real time {s['holds']} times and "
+              f"its clock was held back {s['held_s']:g} s in all (it ran at {speed:.0f}x on average, not "
+              f"{s['speed']:g}x; load average {s['load_average']:.1f} on {s['cpus']} CPUs). Prometheus evaluated the "
+              "rules at 60x meanwhile, so brief conditions looked longer to them: an alert marked 'after a hold' "
+              "may be the machine's doing, not the incident's. Run it again on a quieter machine.")
     print("\nAlerts that fired (Prometheus ALERTS), and where Alertmanager sent them "
           "(minutes are simulated minutes after onset):")
-    rows = [{"alert": r["alert"], "severity": r["severity"], "fired": _plus(r["after_onset"]),
-             "series": r["series"], "example": " ".join(f"{k}={v}" for k, v in r["example"].items()),
-             "reached": ", ".join(f"{k} {_plus(v - onset if onset is not None else v)}"
-                                  for k, v in sorted(r["reached"].items())) or "-",
-             "scenario": r["scenario_says"][:60]} for r in s["alerts"]]
+    rows, notes = [], []
+    for r in s["alerts"]:
+        verdict = r["scenario_says"]
+        if verdict.startswith("may fire: "):
+            notes.append(f"  {r['alert']} ({r['severity']}) may fire here: {verdict.removeprefix('may fire: ')}")
+            verdict = "may fire"
+        elif verdict == "not expected by the scenario":
+            verdict = "NOT EXPECTED"
+        if r.get("held_before_s", 0) > 1:
+            verdict += f" (after a {r['held_before_s']:g} s hold)"
+        rows.append({"alert": r["alert"], "severity": r["severity"], "fired": _plus(r["after_onset"]),
+                     "reached": ", ".join(f"{k} {_plus(v - onset if onset is not None else v)}"
+                                          for k, v in sorted(r["reached"].items())) or "-",
+                     "scenario": verdict, "series": r["series"],
+                     "example": " ".join(f"{k}={v}" for k, v in r["example"].items())})
     print(render(rows, "table", ["alert", "severity", "fired", "reached", "scenario", "series", "example"]) if rows
           else "  (none)")
+    for note in notes:
+        print(note)
     if s["expected"]:
         print("\nWhat this scenario must trip:")
         for e in s["expected"]:

@@ -37,6 +37,12 @@ def test_the_default_scenario_pages_on_call_through_the_real_stack(tmp_path, cap
     assert summary["token_rows"] > 0 and summary["replay_errors"] == 0
     # They carry the simulated times: the rollout's slow prefill shows as multi-second first tokens.
     assert summary["slowest_by_ttft"][0]["ttft_ms"] > 5000
+    # Its token timeline is its engine's decode steps: the longest gap is the step the simulated
+    # instance was making at that second (a whole tick's, or between two ticks' at a boundary).
+    stall = summary["stall_of_slowest"]
+    assert stall["simulated"] and stall["simulated"]["decoding"] >= 1, stall
+    assert 0.5 <= stall["gap_ms"] / stall["simulated"]["step_ms"] <= 2.0, stall
+    assert summary["retried_requests"] == 0 and summary["failed_attempts"] == []  # a rollout drains first
 
     # Prometheus scraped every exporter: each job's targets were up.
     jobs = summary["scrape_jobs"]
