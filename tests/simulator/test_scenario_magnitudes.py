@@ -11,13 +11,15 @@ import math
 
 import pytest
 
+from infersight.config import Config
 from infersight.signals import request
 from tests.simulator.runs import SCENARIOS, recorded
 
 WINDOW = 5  # minutes, as the SLO recordings' rate windows
 TTFT_CHECKS = {"ttft_p95_before_s", "ttft_p95_peak_s"}
+BREACH_CHECKS = {"ttft_p95_under_target_until_minute"}
 RETRY_CHECKS = {"client_retries_per_request_peak"}
-CHECKED = TTFT_CHECKS | RETRY_CHECKS
+CHECKED = TTFT_CHECKS | RETRY_CHECKS | BREACH_CHECKS
 
 
 def _summed(name: str, recorder) -> list[float]:
@@ -88,3 +90,15 @@ def test_the_simulated_retry_storm_is_the_accounts(name):
     low, high = scenario.magnitudes["client_retries_per_request_peak"]
     assert low <= max(ratios) <= high, (
         f"peak client retries per request {max(ratios):.2f}, the account says {low}..{high}")
+
+
+@pytest.mark.parametrize("name", [n for n, s in SCENARIOS.items() if s.magnitudes.keys() & BREACH_CHECKS])
+def test_the_breach_comes_when_the_scenario_says(name):
+    """Where a scenario's alerts are due "before the breach", the breach is where it says: p95 TTFT
+    under the p95 target up to that minute, and over it later (else the deadlines prove nothing)."""
+    until = SCENARIOS[name].magnitudes["ttft_p95_under_target_until_minute"]
+    target = Config().slo.ttft_p95_seconds
+    p95 = _p95_by_minute(name)
+    early = {m: round(v, 2) for m, v in p95.items() if m <= until and v > target}
+    assert not early, f"p95 TTFT over the {target:g} s target before minute {until}: {early}"
+    assert any(v > target for m, v in p95.items() if m > until), f"p95 TTFT never passes {target:g} s after {until}"
