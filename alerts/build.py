@@ -28,14 +28,21 @@ class Built:
     recording_count: int
 
 
+def render_rules(config: Config) -> dict[str, str]:
+    """The rule files alone (``rules/*.yml`` by relative path): what Prometheus loads, without the
+    promtool tests, which are most of :func:`render_all`'s work."""
+    limits = thresholds_from_config(config)
+    files = {f"rules/{RECORDING_FILE}": dump(recording_file(recording_rules(limits)))}
+    for group, alerts in alerts_by_file(limits).items():
+        files[f"rules/{group}.yml"] = dump(alert_file(limits, group, alerts))
+    return files
+
+
 def render_all(config: Config) -> dict[str, str]:
     """Every output file by relative path, as text (nothing written)."""
     limits = thresholds_from_config(config)
     by_file = alerts_by_file(limits)
-    recordings = recording_rules(limits)
-    files = {f"rules/{RECORDING_FILE}": dump(recording_file(recordings))}
-    for group, alerts in by_file.items():
-        files[f"rules/{group}.yml"] = dump(alert_file(limits, group, alerts))
+    files = render_rules(config)
     rule_refs = [f"../{path}" for path in files]
     for group, alerts in by_file.items():
         files[f"tests/{group}_test.yml"] = dump(test_file(limits, alerts, rule_refs))

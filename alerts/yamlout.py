@@ -6,12 +6,16 @@ from typing import Any
 
 import yaml
 
+# libyaml's emitter when PyYAML has it (its wheels do): the same text, about 4x less CPU on the
+# generated promtool tests (megabytes of series); the pure-Python one otherwise.
+SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
-class _Dumper(yaml.SafeDumper):
+
+class _Dumper(SafeDumper):
     pass
 
 
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+def _str(dumper: SafeDumper, value: str) -> yaml.ScalarNode:
     style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from infersight.alerts.yamlout import SafeDumper
 from infersight.commands.output import fail
 from infersight.config import Config
 
@@ -108,8 +109,8 @@ def run_simulate(args, config: Config) -> int:
         _fleet, recorder = simulate(scenario, config, epoch=0.0, minutes=minutes, on_minute=_progress(args.quiet))
         path = out / "series.yml"
         with path.open("w") as f:
-            yaml.safe_dump({"interval": "1m", "input_series": recorder.input_series()}, f, width=1 << 30,
-                           sort_keys=False)
+            yaml.dump({"interval": "1m", "input_series": recorder.input_series()}, f, Dumper=SafeDumper,
+                      width=1 << 30, sort_keys=False)
         written.append(path)
     if "openmetrics" in formats:
         if start is None:

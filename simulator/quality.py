@@ -19,8 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from infersight.alerts.build import render_all
+from infersight.alerts.build import render_rules
 from infersight.alerts.tools import _binary
+from infersight.alerts.yamlout import SafeDumper
 from infersight.config import Config
 from infersight.simulator.recorder import Recorder
 from infersight.simulator.run import simulate
@@ -130,17 +131,16 @@ def by_alert(fired: dict[tuple[str, str, str], float]) -> dict[tuple[str, str], 
 
 def evaluate(recorder: Recorder, config: Config, minutes: int, workdir: Path) -> dict[tuple[str, str, str], float]:
     rule_files, rule_texts = [], []
-    for relative, text in render_all(config).items():
-        if relative.startswith("rules/"):
-            path = workdir / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            rule_files.append(relative)
-            rule_texts.append(text)
+    for relative, text in render_rules(config).items():
+        path = workdir / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        rule_files.append(relative)
+        rule_texts.append(text)
     test_file = workdir / "quality_test.yml"
     document = test_document(recorder, rule_files, minutes, group_eval_order(rule_texts))
     with test_file.open("w") as out:
-        yaml.safe_dump(document, out, width=1 << 30, sort_keys=False)
+        yaml.dump(document, out, Dumper=SafeDumper, width=1 << 30, sort_keys=False)
     done = subprocess.run([_binary("promtool"), "test", "rules", test_file.name], cwd=workdir, capture_output=True,
                           text=True, timeout=PROMTOOL_TIMEOUT_S)
     output = done.stdout + done.stderr
@@ -181,7 +181,7 @@ def judge(scenario: Scenario, fired_by_model: dict[tuple[str, str, str], float])
 
 def rule_names(config: Config) -> set[str]:
     """Every metric name the generated rules mention."""
-    text = "\n".join(t for path, t in render_all(config).items() if path.startswith("rules/"))
+    text = "\n".join(render_rules(config).values())
     return set(_NAME.findall(text))
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infersight.alerts.build import render_all
+from infersight.alerts.build import render_rules
 from infersight.config import Config
 from infersight.simulator import quality
 from tests.conftest import require_tool
-from tests.simulator.runs import SCENARIOS, recorded
+from tests.simulator.runs import SCENARIOS, verdict
 
 pytestmark = pytest.mark.real
 README = Path(__file__).resolve().parents[2] / "simulator" / "README.md"
@@ -28,7 +28,7 @@ TABLE_START, TABLE_END = "<!-- alert-quality table: start -->", "<!-- alert-qual
 @functools.cache
 def result(name: str) -> quality.Result:
     require_tool("promtool")
-    return quality.run(SCENARIOS[name], Config(), recorder=recorded(name))
+    return verdict(name)
 
 
 def _expectations():
@@ -88,7 +88,7 @@ def test_readme_table_is_the_current_one():
 def test_promtool_evaluates_the_recording_group_before_the_alerts():
     """Without an order promtool evaluates groups at random, and an alert reading a recording fires a
     minute apart from run to run."""
-    texts = [t for path, t in render_all(Config()).items() if path.startswith("rules/")]
+    texts = list(render_rules(Config()).values())
     order = quality.group_eval_order(texts)
     groups = [g for t in texts for g in yaml.safe_load(t)["groups"]]
     recording = [g["name"] for g in groups if g["rules"] and all("record" in r for r in g["rules"])]
