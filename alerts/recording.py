@@ -6,7 +6,7 @@ Each name is built from the catalog signal it aggregates, so renaming a metric r
 from __future__ import annotations
 
 from infersight.alerts.model import Recording
-from infersight.alerts.promql import events, ratio, younger_than
+from infersight.alerts.promql import events, num, ratio, younger_than
 from infersight.alerts.series import le
 from infersight.signals import Signal, engine, gateway, gpu, request
 from infersight.thresholds import BURN_WINDOWS, Thresholds
@@ -39,6 +39,18 @@ TTFT_P99_BY_INSTANCE = quantile_name(request.TTFT, INSTANCE_LEVEL, 0.99)
 # the median of those p99s over the instances of its model and pool (its peers).
 ENGINE_TTFT_P99_BY_INSTANCE = quantile_name(engine.TTFT, INSTANCE_LEVEL, 0.99)
 ENGINE_TTFT_P99_POOL_MEDIAN = name(("model", "pool"), engine.TTFT.name, "p99_rate5m_median")
+# A pool of fewer than MIN_PEERS instances serving has no peers of its own (the median of one or two
+# p99s is about the instance itself): its instances are judged against the median of the model's
+# instances of the same role (prefill, decode, mixed) in all pools, when those are MIN_PEERS or more.
+MIN_PEERS = 3
+ENGINE_TTFT_P99_MODEL_ROLE_MEDIAN = name(("model", "role"), engine.TTFT.name, "p99_rate5m_median")
+ENGINE_TTFT_P99_PEERS = name(("model", "pool"), engine.TTFT.name, "p99_rate5m_peers")
+# The breaker line: peer factor x the peers' median, never under the floor; and the share of an
+# instance's requests slower than the first bucket bound at or over that line (read at a bound, so
+# a bucket's width cannot make an instance look twice its peers: DESIGN 4, issue 11).
+ENGINE_TTFT_BREAKER_LINE = name(("model", "pool"), engine.TTFT.name, "p99_breaker_line")
+ENGINE_TTFT_BOUND = name("le", engine.TTFT.name + "_bucket", "bound")
+ENGINE_TTFT_OVER_LINE = name(INSTANCE_LEVEL, engine.TTFT.name, "over_breaker_line_ratio_rate5m")
 GATEWAY_QUEUE_SUM = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "sum")
 GATEWAY_QUEUE_AVG30M = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "avg30m")
 INSTANCE_QUEUE_SUM = name(("model", "pool", "instance"), engine.REQUESTS_WAITING.name, "sum")
@@ -92,6 +104,48 @@ def retries_per_request() -> str:
             f"/ sum by (model) ({request.REQUESTS.rate()})")
 
 
+def _engine_ttft_roles() -> str:
+    """Each instance's role, from its engine TTFT series: one series per (model, instance, pool, role)."""
+    return f"group by (model, instance, pool, role) ({engine.TTFT.count()})"
+
+
+def engine_ttft_bounds() -> str:
+    """The engine TTFT buckets' bounds as values, one series per ``le`` (PromQL cannot read a label as
+    a number): joined on ``le``, they say which buckets lie over the breaker line."""
+    return "\nor ".join(f'label_replace(vector({b!r}), "le", "{le(b)}", "", "")' for b in engine.TTFT.buckets)
+
+
+def _model_role_median() -> str:
+    with_role = f"({ENGINE_TTFT_P99_BY_INSTANCE} * on (model, instance, pool) group_left (role) {_engine_ttft_roles()})"
+    return (f"quantile by (model, role) (0.5, {with_role})\n"
+            f"and on (model, role) count by (model, role) {with_role} >= {MIN_PEERS}")
+
+
+def engine_ttft_peers() -> str:
+    """The median instance p99 an instance is judged against, per model and pool: its own pool's
+    when the pool has MIN_PEERS instances serving, else that of the model's instances of its role."""
+    own = ENGINE_TTFT_P99_BY_INSTANCE
+    return (f"({ENGINE_TTFT_P99_POOL_MEDIAN} and on (model, pool) count by (model, pool) ({own}) >= {MIN_PEERS})\n"
+            f"or on (model, pool)\n"
+            f"max by (model, pool) (group by (model, pool, role) ({_engine_ttft_roles()})\n"
+            f"  * on (model, role) group_left () {ENGINE_TTFT_P99_MODEL_ROLE_MEDIAN})")
+
+
+def engine_ttft_over_line() -> str:
+    """Per instance: the share of its requests (5m) slower than the first bucket bound at or over its
+    pool's breaker line. Over 1% means its p99 is over the line, read exactly at a bound."""
+    by = "model, instance, pool"
+    buckets = f"sum by ({by}, le) (rate({engine.TTFT.bucket(le='!=+Inf')}[5m]))"
+    count = f"sum by ({by}) (rate({engine.TTFT.count()}[5m]))"
+    # every bucket bound at or over the line, per instance (value: the bound)
+    over_line = (f"(({buckets} * 0 + on (le) group_left () {ENGINE_TTFT_BOUND})\n"
+                 f"   >= on (model, pool) group_left () {ENGINE_TTFT_BREAKER_LINE})")
+    # the share over the lowest of them is the largest share over any of them
+    # ">= 0" drops an instance that served nothing in 5 minutes (NaN)
+    return (f"max by ({by}) (\n  (1 - {buckets} / on ({by}) group_left () {count})\n"
+            f"  and on ({by}, le) {over_line}) >= 0")
+
+
 def established_instances(limits: Thresholds) -> str:
     """Instances past their cold start, one series per (model, instance, pool).
 
@@ -117,6 +171,12 @@ def recording_rules(limits: Thresholds) -> list[Recording]:
         # ">= 0" drops an instance that served nothing in 5 minutes (NaN) so it is nobody's peer.
         Recording(ENGINE_TTFT_P99_BY_INSTANCE, f"{engine.TTFT.quantile(0.99, by=INSTANCE_LEVEL)} >= 0"),
         Recording(ENGINE_TTFT_P99_POOL_MEDIAN, f"quantile by (model, pool) (0.5, {ENGINE_TTFT_P99_BY_INSTANCE})"),
+        Recording(ENGINE_TTFT_P99_MODEL_ROLE_MEDIAN, _model_role_median()),
+        Recording(ENGINE_TTFT_P99_PEERS, engine_ttft_peers()),
+        Recording(ENGINE_TTFT_BREAKER_LINE, f"clamp_min({num(limits.instance_p99_peer_factor)} * "
+                                            f"{ENGINE_TTFT_P99_PEERS}, {num(limits.instance_p99_ttft_seconds)})"),
+        Recording(ENGINE_TTFT_BOUND, engine_ttft_bounds()),
+        Recording(ENGINE_TTFT_OVER_LINE, engine_ttft_over_line()),
         Recording(GATEWAY_QUEUE_SUM, f"sum by (model, pool) ({gateway.QUEUE_DEPTH.select()})"),
         Recording(GATEWAY_QUEUE_AVG30M, f"avg_over_time({GATEWAY_QUEUE_SUM}[30m])"),
         Recording(INSTANCE_QUEUE_SUM, f"sum by (model, pool, instance) ({engine.REQUESTS_WAITING.select()})"),

@@ -12,8 +12,17 @@ import math
 from collections.abc import Mapping, Sequence
 
 from infersight.alerts import recording as rec
-from infersight.alerts.rules.common import MODEL, NODE, POOL, engine_labels, gpu_labels, instance_labels, request_labels
-from infersight.alerts.series import absent_until_first_event, counter, gauge, histogram, steps
+from infersight.alerts.rules.common import (
+    MODEL,
+    NODE,
+    POOL,
+    engine_labels,
+    gpu_labels,
+    instance_labels,
+    request_labels,
+    require,
+)
+from infersight.alerts.series import absent_until_first_event, counter, gauge, histogram, le, steps
 from infersight.attributes import Outcome
 from infersight.signals import Signal, engine, gateway, gpu, request
 from infersight.thresholds import BURN_WINDOWS, Thresholds
@@ -37,6 +46,16 @@ def histogram_quantile(buckets: Sequence[float], per_second: Mapping[float, int]
         count -= counts[b - 1]
         rank -= counts[b - 1]
     return bucket_start + (bucket_end - bucket_start) * (rank / count)
+
+
+def _median(values: Sequence[float]) -> float:
+    """PromQL's ``quantile(0.5, ...)``, the same float operations in the same order."""
+    ordered = sorted(values)
+    rank = 0.5 * (len(ordered) - 1)
+    lower = math.floor(rank)
+    upper = min(len(ordered) - 1, lower + 1)
+    weight = rank - lower
+    return ordered[lower] * (1 - weight) + ordered[upper] * weight
 
 
 def _sample(record: str, labels: Mapping[str, str], value: float) -> dict:
@@ -91,18 +110,47 @@ def recording_test_file(limits: Thresholds, recording_rule_file: str) -> dict:
     model, model_pool = {"model": MODEL}, {"model": MODEL, "pool": POOL}
 
     # The breaker's view: engine-side p99 per instance and the pool's median of them. A fourth
-    # instance served nothing in the window (its buckets flat): no p99, and nobody's peer.
+    # instance served nothing in the window (its buckets flat): no p99, and nobody's peer. A canary
+    # pool of 2 beside them has no peers of its own: its line comes from the model's instances.
     own = {"e1:8000": {0.25: 3, 0.75: 1}, "e2:8000": {0.5: 2, 2.5: 2}, "e3:8000": {1.0: 3, 5.0: 1}}
-    for instance, per_second in own.items():
-        series += histogram(engine.TTFT, engine_labels(instance), [({v: 60 * n for v, n in per_second.items()},
-                                                                    MINUTES)])
+    canary = {"c1:8000": {1.0: 2, 8.0: 2}, "c2:8000": {0.25: 4}}
+    pools = {**{i: POOL for i in own}, **{i: "canary" for i in canary}}
+    for instance, per_second in {**own, **canary}.items():
+        series += histogram(engine.TTFT, engine_labels(instance, pool=pools[instance]),
+                            [({v: 60 * n for v, n in per_second.items()}, MINUTES)])
     series += histogram(engine.TTFT, engine_labels("e4:8000"), [({0.25: 60}, 1), ({}, MINUTES - 1)])
-    p99s = {i: histogram_quantile(engine.TTFT.buckets, ps, 0.99) for i, ps in own.items()}
+    p99s = {i: histogram_quantile(engine.TTFT.buckets, ps, 0.99) for i, ps in {**own, **canary}.items()}
+    at = lambda i: instance_labels(i, pool=pools[i])  # noqa: E731
     tests.append({"expr": rec.ENGINE_TTFT_P99_BY_INSTANCE, "eval_time": AT,
-                  "exp_samples": [_sample(rec.ENGINE_TTFT_P99_BY_INSTANCE, instance_labels(i), v)
-                                  for i, v in p99s.items()]})
+                  "exp_samples": [_sample(rec.ENGINE_TTFT_P99_BY_INSTANCE, at(i), v) for i, v in p99s.items()]})
+    stable_median = sorted(p99s[i] for i in own)[1]
+    canary_median = _median([p99s[i] for i in canary])
+    model_median = _median(list(p99s.values()))
     tests.append({"expr": rec.ENGINE_TTFT_P99_POOL_MEDIAN, "eval_time": AT,
-                  "exp_samples": [_sample(rec.ENGINE_TTFT_P99_POOL_MEDIAN, model_pool, sorted(p99s.values())[1])]})
+                  "exp_samples": [_sample(rec.ENGINE_TTFT_P99_POOL_MEDIAN, model_pool, stable_median),
+                                  _sample(rec.ENGINE_TTFT_P99_POOL_MEDIAN, {**model_pool, "pool": "canary"},
+                                          canary_median)]})
+    one(rec.ENGINE_TTFT_P99_MODEL_ROLE_MEDIAN, {**model, "role": "mixed"}, model_median)
+    peers = {POOL: stable_median, "canary": model_median}
+    lines = {pool: max(limits.instance_p99_ttft_seconds, limits.instance_p99_peer_factor * v)
+             for pool, v in peers.items()}
+    tests.append({"expr": rec.ENGINE_TTFT_P99_PEERS, "eval_time": AT,
+                  "exp_samples": [_sample(rec.ENGINE_TTFT_P99_PEERS, {**model, "pool": pool}, v)
+                                  for pool, v in peers.items()]})
+    tests.append({"expr": rec.ENGINE_TTFT_BREAKER_LINE, "eval_time": AT,
+                  "exp_samples": [_sample(rec.ENGINE_TTFT_BREAKER_LINE, {**model, "pool": pool}, v)
+                                  for pool, v in lines.items()]})
+    tests.append({"expr": rec.ENGINE_TTFT_BOUND, "eval_time": AT,
+                  "exp_samples": [_sample(rec.ENGINE_TTFT_BOUND, {"le": le(b)}, b) for b in engine.TTFT.buckets]})
+
+    def over_line(instance: str) -> float:
+        bound = next(b for b in engine.TTFT.buckets if b >= lines[pools[instance]])
+        per_second = {**own, **canary}[instance]
+        return 1 - sum(n for v, n in per_second.items() if v <= bound) / sum(per_second.values())
+
+    require(over_line("c1:8000") > 0, "the canary's slow instance must be over its line")
+    tests.append({"expr": rec.ENGINE_TTFT_OVER_LINE, "eval_time": AT,
+                  "exp_samples": [_sample(rec.ENGINE_TTFT_OVER_LINE, at(i), over_line(i)) for i in p99s]})
 
     # queues: two strategies at the gateway, two engines on one node
     series += [gauge(gateway.QUEUE_DEPTH, {**model_pool, "strategy": s}, [(n, MINUTES)]) for s, n in (("a", 3),

@@ -52,21 +52,25 @@ def _now(limits: Thresholds) -> list[dict]:
 
 def _latency(limits: Thresholds) -> list[dict]:
     # What the breaker judges: each instance's own TTFT inside its engine (the gateway queue not
-    # counted) against the median instance of its model and pool, and the floor.
+    # counted) against the median instance of its peers (its pool, or its model and role when the
+    # pool is too small), and the floor: the breaker line.
     p99 = recorded(rec.ENGINE_TTFT_P99_BY_INSTANCE, F)
-    peers = recorded(rec.ENGINE_TTFT_P99_POOL_MEDIAN, F)
+    peers = recorded(rec.ENGINE_TTFT_P99_PEERS, F)
+    line = recorded(rec.ENGINE_TTFT_BREAKER_LINE, F)
     k = limits.instance_p99_peer_factor
     drill = data_link("Instance drill-down: ${__field.labels.instance}",
                  dashboard_url(instance.UID, instance="${__field.labels.instance}"))
     return [
         timeseries("Instance TTFT p99 (inside the engine) vs its peers", "s",
                    [Q(p99, WHO), Q(peers, "peer median {{model}} {{pool}}"),
-                    Q(f"{k:g} * {peers}", f"{k:g}x peer median {{{{model}}}} {{{{pool}}}}")],
+                    Q(line, f"breaker line ({k:g}x peer median) {{{{model}}}} {{{{pool}}}}")],
                    line=Line(limits.instance_p99_ttft_seconds), width=16, data_links=[drill],
                    description="Each instance's p99 TTFT from a request's arrival at its engine (the gateway queue "
-                               "is not in it), the median of its pool's instances and that times "
-                               "thresholds.instance_p99_peer_factor. An instance above both that line and the "
-                               "floor (thresholds.instance_p99_ttft_seconds, drawn) goes half-open.",
+                               "is not in it), the median of its peers (its pool's instances; its model's of the "
+                               "same role when the pool has fewer than 3 serving) and the breaker line: that times "
+                               "thresholds.instance_p99_peer_factor, never under the floor "
+                               "(thresholds.instance_p99_ttft_seconds, drawn). An instance with more than 1% of its "
+                               "requests over the first bucket bound at or above the line goes half-open.",
                    good="instances bunched around the peer median; one far above its peers and the floor is "
                         "that instance, all above together is load (the breaker then stays closed)."),
         timeseries("Instances half-open or ejected", "short",

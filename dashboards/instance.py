@@ -155,10 +155,11 @@ def _breaker(limits: Thresholds) -> list[dict]:
     own = recorded(rec.ENGINE_TTFT_P99_BY_INSTANCE, I)
     seen = recorded(rec.TTFT_P99_BY_INSTANCE, I)
     k = limits.instance_p99_peer_factor
-    peers = f"{k:g} * {rec.ENGINE_TTFT_P99_POOL_MEDIAN} and on (model, pool) {own}"
+    peers = f"{rec.ENGINE_TTFT_BREAKER_LINE} and on (model, pool) {own}"
     return [
         timeseries("Breaker: TTFT p99 vs the threshold", "s",
-                   [Q(own, "p99 inside the engine {{pool}}"), Q(peers, f"{k:g}x its pool's median instance"),
+                   [Q(own, "p99 inside the engine {{pool}}"),
+                    Q(peers, f"breaker line ({k:g}x its peers' median instance)"),
                     Q(seen, "p99 at the gateway {{pool}}")],
                    line=Line(limits.instance_p99_ttft_seconds),
                    description="The breaker judges the p99 inside the engine (from a request's arrival there; the "
