@@ -163,15 +163,10 @@ def judge(scenario: Scenario, fired_by_model: dict[tuple[str, str, str], float])
         result.rows.append(Row(e.alert, e.severity.value, True, fired.get(key), onset + e.within_minutes, onset,
                                e.known_failure))
     allowed = {(a.alert, a.severity.value): a.reason for a in scenario.may_fire}
-    false_alarms = {(a.alert, a.severity.value): a.reason for a in scenario.known_false_alarms}
-    for key, reason in false_alarms.items():
-        if key not in fired:
-            result.rows.append(Row(*key, False, None, None, onset, known_failure=reason))
     for (alert, severity), minute in sorted(fired.items()):
         key = (alert, severity)
         if key not in expected and severity in PAGING:
-            result.rows.append(Row(alert, severity, False, minute, None, onset, known_failure=false_alarms.get(key),
-                                   allowed=allowed.get(key)))
+            result.rows.append(Row(alert, severity, False, minute, None, onset, allowed=allowed.get(key)))
     # A model the incident does not touch stays quiet, whatever fires for the others.
     for (alert, severity, model), minute in sorted(fired_by_model.items()):
         if model in scenario.quiet_models and severity in PAGING:

@@ -106,8 +106,6 @@ class Scenario(Strict):
     events: list[Event] = Field(default_factory=list)
     expect: list[Expect] = Field(default_factory=list)
     may_fire: list[Allowance] = Field(default_factory=list, description="legitimate consequences, not required")
-    known_false_alarms: list[Allowance] = Field(
-        default_factory=list, description="alerts a known rule defect fires here (strict xfails: they must stop)")
     magnitudes: dict[str, Any] = Field(default_factory=dict, description="what the incident looked like")
     quiet_models: list[str] = Field(
         default_factory=list, description="models the incident does not touch: nothing may fire for them")
