@@ -118,6 +118,11 @@ class LiveFleet:
         # production where both are the endpoint host:port: the instance drill-down joins them.
         targets = [Target(url=self.engines.add("/vllm", GrowingVLLM()), engine="vllm", pool="stable", node=NODE,
                           gpu="0", instance="i-stable"),
+                   # Two peers of i-stable (same model, pool and role): the breaker judges an instance
+                   # against the median of at least three (alerts/rules: instance_p99 peers), so a model on
+                   # fewer instances draws no peer or breaker line.
+                   *(Target(url=self.engines.add(f"/vllm-{peer}", GrowingVLLM()), engine="vllm", pool="stable",
+                            node=NODE, instance=f"i-stable-{peer}") for peer in (2, 3)),
                    Target(url=self.engines.add("/sglang", sglang), engine="sglang", pool="canary", node=NODE,
                           gpu="1", instance="i-canary"),
                    # A prefill/decode pair of one model (SGLang says engine_type=prefill; the vLLM decode
