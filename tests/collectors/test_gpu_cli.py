@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import signal
 import socket
-import subprocess
-import sys
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.cli import main
+from infersight.signals import gpu
+from tests.collectors.served_cli import scrape_then_sigterm
 
 SIM_ONCE = ["collect", "gpu", "--backend", "sim", "--once", "--interval", "0.05", "--node", "n7"]
 
@@ -100,20 +98,7 @@ def test_port_in_use_exits_2(capsys):
 
 
 def test_serves_until_sigterm():
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "infersight", "collect", "gpu", "--backend", "sim", "--sim-count", "2",
-         "--listen", "127.0.0.1:0", "--interval", "0.1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("serving 2 GPUs (sim) on http://127.0.0.1:"), line + proc.stderr.read()
-        url = line.split(" on ")[1].strip()
-        with urllib.request.urlopen(url, timeout=5) as response:
-            body = response.read().decode()
-        assert body.count("gpu_up{") == 2
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    body = scrape_then_sigterm(
+        ["collect", "gpu", "--backend", "sim", "--sim-count", "2", "--listen", "127.0.0.1:0", "--interval", "0.1"],
+        lambda line: line.startswith("serving 2 GPUs (sim) on http://127.0.0.1:"))
+    assert body.count(f"{gpu.UP.name}{{") == 2

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -16,6 +12,7 @@ from infersight.collectors.gpu.dcgm import parse
 from infersight.collectors.gpu.dcgm_collector import DcgmCollector, DcgmSource, exposition
 from infersight.signals import gpu
 from tests.collectors.engine_server import EngineServer
+from tests.collectors.served_cli import scrape_then_sigterm
 from tests.conftest import FIXTURES
 
 DEFAULT = (FIXTURES / "metrics" / "dcgm_exporter_metrics_rendered.txt").read_text()
@@ -261,18 +258,7 @@ def test_prometheus_joins_dcgm_energy_with_engine_tokens(prometheus_server, serv
 
 def test_collect_gpu_dcgm_serves_the_mapped_series_until_sigterm(served):
     source = served.add("/metrics", DEFAULT)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "infersight", "collect", "gpu", "--backend", "dcgm", "--source", source,
-         "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert "serving GPUs of 1 dcgm-exporter(s) on http://127.0.0.1:" in line, line + proc.stderr.read()
-        with urllib.request.urlopen(line.split(" on ")[1].strip(), timeout=10) as response:
-            body = response.read().decode()
-        assert f"{gpu.UP.name}{{" in body and gpu.ENERGY.name in body
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    body = scrape_then_sigterm(
+        ["collect", "gpu", "--backend", "dcgm", "--source", source, "--listen", "127.0.0.1:0"],
+        lambda line: "serving GPUs of 1 dcgm-exporter(s) on http://127.0.0.1:" in line)
+    assert f"{gpu.UP.name}{{" in body and gpu.ENERGY.name in body
