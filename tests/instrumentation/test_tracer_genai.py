@@ -49,17 +49,20 @@ def test_a_retried_request_times_the_first_chunk_of_its_last_attempt():
     with traced.tracer.start(MODEL, stream=True) as req:
         req.routed("10.0.0.7:8000")
         time.sleep(0.05)
+        retried_at = time.perf_counter_ns()
         req.retry(error_type="upstream_5xx")
         req.routed("10.0.0.8:8000")
-        retried_at = time.perf_counter_ns()
         req.token()
         req.finish("stop", output_tokens=1)
     failed, last = sorted(traced.by_name(attr.SPAN_UPSTREAM), key=lambda s: s.start_time)
     assert attr.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK not in failed.attributes
     assert attr.GEN_AI_USAGE_OUTPUT_TOKENS not in failed.attributes  # the answer came from the last attempt
     assert last.attributes[attr.SERVER_ADDRESS] == "10.0.0.8"
-    assert last.attributes[attr.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] < 0.05  # not counted from the first attempt
-    assert last.attributes[attr.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] <= (time.perf_counter_ns() - retried_at) / 1e9
+    first_chunk = last.attributes[attr.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK]
+    # Counted from the last attempt's start, never from the first: it fits inside the last attempt's
+    # span and inside the time since the retry began, whatever the machine's load.
+    assert first_chunk <= (last.end_time - last.start_time) / 1e9
+    assert first_chunk <= (time.perf_counter_ns() - retried_at) / 1e9
 
 
 def test_a_non_streaming_request_has_no_time_to_first_chunk_and_unknown_usage_is_absent():
