@@ -12,6 +12,11 @@ from infersight.commands.demo_stack import ON_CALL, StackError, prometheus_query
 from infersight.commands.output import render
 
 STALL_MS = 500  # a token gap this long is a stall people feel
+# Why the demo's report has no Prometheus charts: what is true, not "no Prometheus configured".
+NO_PROMETHEUS_IN_REPORT = (
+    "the demo's Prometheus kept its samples on the demo's compressed clock ({minutes} simulated minutes in as many "
+    "real seconds), not on these spans' incident clock, so its queue and GPU series cannot be drawn beside them "
+    "(the alerts it fired are in the demo's summary); on a real cluster the report draws them from --prometheus URL")
 
 
 def _utc(ts: float) -> dt.datetime:
@@ -150,7 +155,8 @@ def from_clickhouse(run, reader, base: float) -> dict[str, Any]:
     stalls = library.window_stalls(reader, "default", start, end, min_gap_ms=STALL_MS, tables=tables)
     pools = library.compare_pools(reader, "default", start, end, tables=tables)
     report = write_report(reader, "default", Window(start, end), run.out / "report", min_gap_ms=STALL_MS,
-                          prometheus_url=None, settings=Settings.from_config(run.config))
+                          prometheus_url=None, settings=Settings.from_config(run.config),
+                          no_prometheus_because=NO_PROMETHEUS_IN_REPORT.format(minutes=run.minutes))
     spans = reader.query(f"SELECT count(), countIf(IsRequest) FROM {tables.traces}").result_rows[0]
     tokens = reader.query(f"SELECT count() FROM {tables.token_events}").result_rows[0][0]
     return {

@@ -77,10 +77,30 @@ def _cell(value: Any) -> str:
     if isinstance(value, dt.datetime):
         return _utc(value)
     if isinstance(value, float):
-        return f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.0f}"
+        return number(value)
     if isinstance(value, list | tuple):  # trace ids, error types: as a person writes a list, not Python's repr
         return ", ".join(_cell(v) for v in value) or "-"
     return str(value)
+
+
+def number(value: float) -> str:
+    """A float as people read it: ``30.5``, ``455``, ``16,270``, ``0.012``; never ``30.500``.
+
+    Three significant digits below 100 (trailing zeros dropped), whole numbers with thousands
+    separators above: a latency in ms or a rate needs no more to be compared across rows.
+    """
+    if value != value:  # NaN
+        return "-"
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:,.0f}"
+    decimals = 1 if magnitude >= 10 else 2 if magnitude >= 1 else 3
+    text = f"{value:.{decimals}f}"
+    if magnitude < 0.01:
+        text = f"{value:.2g}"
+    return text.rstrip("0").rstrip(".") if "." in text and "e" not in text else text
 
 
 class OutputError(Exception):

@@ -145,12 +145,13 @@ def headline(window_text: str, impact: dict[str, Any], slo: Slo, stalls: list[St
     if not findings and slo_missed(impact, slo):
         # No stall and no failed attempt, yet the budget is spent: the time went before the first token
         # (queueing, prefill), which the per-instance and per-pool TTFT below show; never "no incident".
+        # The sentence is the SLO impact here: the facts add only what it does not say (said once, not thrice).
         cause = (f"requests waited before their first token: no inter-token gap over {min_gap_ms:g} ms and no "
                  "failed upstream attempt, so look at queueing and prefill per instance and pool below")
-        return Headline(f"TTFT SLO missed: {slo_text}.", [("Cause", sentence_case(cause)), ("SLO impact", slo_text)])
+        return Headline(f"TTFT SLO missed: {slo_text}.", [("Cause", sentence_case(cause))])
     if not findings:
         cause = f"nothing abnormal found: no inter-token gap over {min_gap_ms:g} ms and no failed upstream attempt"
-        return Headline(f"No incident found: {slo_text}.", [("Cause", cause), ("SLO impact", slo_text)], found=False)
+        return Headline(f"No incident found: {slo_text}.", [("Cause", sentence_case(cause))], found=False)
     first = findings[0]
     facts = [("Cause", sentence_case(first.cause)), ("Instance", first.instance or "-"),
              ("Start", clock(first.start, date=True)), ("Duration", duration(first.duration_ms)),

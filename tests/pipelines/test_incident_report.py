@@ -56,6 +56,7 @@ def test_report_tells_the_story(store, tmp_path, capsys):
     assert "| **Duration** | 3.0 s |" in head and "| **Requests hit** | 2 |" in head
     # SLO impact from the incident: 3 requests slower than 1 s (long prefill, late arrival, retried) + 2 errors
     assert "| **SLO impact** | 5 of 65 requests (7.7%) missed TTFT 1,000 ms or failed" in head
+    assert markdown.count("5 of 65 requests (7.7%)") == 1  # the SLO verdict is said once, not in a section again
     # the canary's failed attempts are named with where they failed, though its requests "succeeded"
     assert "Upstream attempts failed on i-3 from" in head and "2 of 20 upstream attempts failed" in head
     assert "in the canary pool" in head

@@ -35,6 +35,8 @@ def test_a_quiet_window_says_nothing_abnormal_and_the_slo():
     assert not head.found
     assert head.sentence == ("No incident found: 0 of 100 requests (0.0%) missed TTFT 1,000 ms or failed: within the "
                              "1.0% error budget of the 99.0% objective; TTFT p95 120 ms against a 1,000 ms target.")
+    # said once: the facts do not repeat the sentence
+    assert [k for k, _ in head.facts] == ["Cause"] and "0 of 100" not in dict(head.facts)["Cause"]
 
 
 def test_a_spent_budget_with_no_stall_or_failure_is_an_incident_not_a_quiet_window():
@@ -44,6 +46,7 @@ def test_a_spent_budget_with_no_stall_or_failure_is_an_incident_not_a_quiet_wind
     assert head.sentence.startswith("TTFT SLO missed: 40 of 100 requests (40.0%) missed TTFT 1,000 ms or failed: "
                                     "40.0x the 1.0% error budget")
     assert dict(head.facts)["Cause"].startswith("Requests waited before their first token")
+    assert not any("40 of 100" in v for _, v in head.facts)  # the sentence is the SLO impact: not said again
 
 
 def test_failing_first_attempts_retried_to_success_lead_when_nothing_stalled():
