@@ -33,6 +33,10 @@ that checks credentials and streams each body through) is printed beside each.
 already framed) for the same batch, interleaved rounds: the sink's own HTTP POST against
 clickhouse-connect's ``command(sql, data=batch)``, which the sink used before (it decodes the whole
 body as text to classify the SQL), with their ratio.
+``--receiver`` measures the receiver's check of each request (upb parse, id checks, the screen for values
+over ``max_attribute_length``; this process's CPU, no ClickHouse), interleaved rounds, median: the
+spans' lengths read from the body by one shallow parse (this checkout) against ``ByteSize()`` per
+span (before), with the bare upb parse as the floor.
 Bounded: one batch per case, three repetitions (--against: seven, medians: CPU time comes in 10 ms ticks).
 """
 
@@ -248,6 +252,45 @@ def client_cost(traces: int, share: float, rounds: int = 5) -> None:
         print(f"  {label:<40}{statistics.median(values):>8.2f} CPU-us/span   x{statistics.median(values) / base:5.2f}")
 
 
+def receiver_check(traces: int, share: float, rounds: int = 9) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from infersight.config import Pipeline
+    from infersight.pipelines.receiver import otlp
+
+    limit = Pipeline().max_attribute_length
+    bodies = build_requests(traces, share)
+    spans = traces * 7
+    screen = otlp._long_spans
+
+    def check(with_screen: bool) -> None:
+        otlp._long_spans = screen if with_screen else (lambda body, max_length: None)  # None: ByteSize per span
+        try:
+            for body in bodies:
+                otlp.decode_protobuf(body, limit)
+        finally:
+            otlp._long_spans = screen
+
+    cases = {"upb parse alone (floor)": lambda: [ExportTraceServiceRequest.FromString(b) for b in bodies],
+             "check, span lengths from the body (this checkout)": lambda: check(True),
+             "check, ByteSize() per span (before)": lambda: check(False)}
+    cpu: dict[str, list[float]] = {label: [] for label in cases}
+    for _ in range(rounds):  # interleaved
+        for label, fn in cases.items():
+            started = time.process_time()
+            fn()
+            cpu[label].append(1e6 * (time.process_time() - started) / spans)
+    before = cpu["check, ByteSize() per span (before)"]
+    now = cpu["check, span lengths from the body (this checkout)"]
+    ratios = sorted(n / b for n, b in zip(now, before, strict=True))
+    print(f"\n{spans:,} spans in {len(bodies)} requests, timelines on {share:.0%} of request spans; receiver check, "
+          f"CPU-us per span, median of {rounds} interleaved rounds; load average {os.getloadavg()[0]:.1f}:")
+    for label, values in cpu.items():
+        median = statistics.median(values)
+        print(f"  {label:<52}{median:>8.2f}   x{median / statistics.median(before):5.2f}")
+    print(f"  this/before per round: min {ratios[0]:.2f}, median {statistics.median(ratios):.2f}, max {ratios[-1]:.2f}")
+
+
 def load_ingest_sql(ref: str):
     """ingest_sql.py as it is at git ``ref``, as a module of its own."""
     import subprocess
@@ -337,9 +380,15 @@ def main() -> int:
                         help="with --against: share of requests carrying a nested array attribute (default 0)")
     parser.add_argument("--client", action="store_true",
                         help="instead: receiver CPU per span of one insert: its POST vs clickhouse-connect")
+    parser.add_argument("--receiver", action="store_true",
+                        help="instead: the receiver's check per span: span lengths from the body vs ByteSize()")
     parser.add_argument("--cpu-stages", action="store_true",
                         help="instead: ClickHouse's CPU per span by stage and per materialized view")
     args = parser.parse_args()
+    if args.receiver:
+        for share in args.timeline_share:
+            receiver_check(args.traces, share)
+        return 0
     if args.cpu_stages:
         cpu_stages(args.traces, args.timeline_share)
         return 0

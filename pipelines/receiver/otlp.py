@@ -126,10 +126,15 @@ def _check(request: ExportTraceServiceRequest, body: bytes | None, max_length: i
     kept = invalid = truncated = 0
     changed = body is None
     check_sizes = body is None or len(body) > max_length  # no value can exceed the limit otherwise
-    for resource_spans in request.resource_spans:
-        for scope_spans in resource_spans.scope_spans:
+    # Which spans are longer than the limit on the wire: a value over the limit makes its span longer
+    # still. From the body's span lengths (one shallow C parse) instead of a ByteSize() per span, which
+    # encodes the span again: that was ~40% of this check's CPU (benchmarks/pipeline_profile.py --receiver).
+    long_spans = _long_spans(body, max_length) if check_sizes and body is not None else None
+    for resource_index, resource_spans in enumerate(request.resource_spans):
+        for scope_index, scope_spans in enumerate(resource_spans.scope_spans):
             spans = scope_spans.spans
             bad = []
+            long_here = None if long_spans is None else long_spans.get((resource_index, scope_index), ())
             for index, span in enumerate(spans):
                 trace_id, span_id = span.trace_id, span.span_id
                 if (len(trace_id) != 16 or len(span_id) != 8 or trace_id == ZERO_TRACE_ID
@@ -137,7 +142,7 @@ def _check(request: ExportTraceServiceRequest, body: bytes | None, max_length: i
                     bad.append(index)
                     continue
                 # A value longer than the limit makes its span at least that long (cheap C check first).
-                if check_sizes and span.ByteSize() > max_length:
+                if (index in long_here) if long_here is not None else (check_sizes and span.ByteSize() > max_length):
                     cut = _truncate_span(span, max_length)
                     if cut:
                         truncated += cut
@@ -150,6 +155,45 @@ def _check(request: ExportTraceServiceRequest, body: bytes | None, max_length: i
             kept += len(spans)
     payload = request.SerializeToString() if changed else body
     return Decoded(payload=payload, spans=kept, invalid_ids=invalid, truncated=truncated)
+
+
+def _long_spans(body: bytes, max_length: int) -> dict[tuple[int, int], set[int]] | None:
+    """``{(resource index, scope index): {span index, ...}}`` of the spans whose encoding in ``body`` is
+    longer than ``max_length`` (usually empty), or None if the body cannot be read that way."""
+    try:
+        probe = _SpanLengths.FromString(body)
+    except DecodeError:
+        return None  # the full parse accepted it: fall back to measuring each span
+    found: dict[tuple[int, int], set[int]] = {}
+    for resource_index, resource_spans in enumerate(probe.resource_spans):
+        for scope_index, scope_spans in enumerate(resource_spans.scope_spans):
+            spans = scope_spans.spans  # each span's bytes as they are in the body
+            if spans and max(map(len, spans)) > max_length:
+                found[(resource_index, scope_index)] = {i for i, raw in enumerate(spans) if len(raw) > max_length}
+    return found
+
+
+def _span_lengths_message():
+    """A message that reads an export request's spans as raw bytes (same field numbers: ``resource_spans``
+    1, ``scope_spans`` 2, ``spans`` 2; everything else is kept unparsed), so their lengths cost one C parse."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    field = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(name="infersight/span_lengths.proto", package="infersight.probe",
+                                               syntax="proto3")
+    for name, child, number, kind in (("Scope", "spans", 2, field.TYPE_BYTES),
+                                      ("Resource", "scope_spans", 2, field.TYPE_MESSAGE),
+                                      ("Request", "resource_spans", 1, field.TYPE_MESSAGE)):
+        message = proto.message_type.add(name=name)
+        message.field.add(name=child, number=number, type=kind, label=field.LABEL_REPEATED,
+                          type_name={"Resource": ".infersight.probe.Scope",
+                                     "Request": ".infersight.probe.Resource"}.get(name))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("infersight.probe.Request"))
+
+
+_SpanLengths = _span_lengths_message()
 
 
 def _truncate_span(span, max_length: int) -> int:

@@ -53,6 +53,25 @@ def test_long_strings_are_cut_and_counted_but_the_token_timeline_is_not():
     assert len(attrs["llm.token.offsets_us"].array_value.values) == 200
 
 
+def test_only_the_long_spans_are_cut_wherever_they_are_in_the_request():
+    """The spans over the limit are found from their lengths in the body, by resource, scope and index."""
+    req = ExportTraceServiceRequest()
+    for resource in range(2):
+        resource_spans = req.resource_spans.add()
+        for scope in range(2):
+            part = request(spans=4, attributes={"llm.pool": f"p{resource}{scope}"})
+            resource_spans.scope_spans.add().CopyFrom(part.resource_spans[0].scope_spans[0])
+    spans = req.resource_spans[1].scope_spans[1].spans
+    spans[2].attributes.add(key="llm.note").value.string_value = "n" * 500
+    req.resource_spans[0].scope_spans[0].spans[0].attributes.add(key="llm.ok").value.string_value = "s" * 90
+    decoded = otlp.decode_protobuf(req.SerializeToString(), 100)
+    assert (decoded.spans, decoded.truncated) == (16, 1)
+    out = ExportTraceServiceRequest.FromString(decoded.payload)
+    notes = [kv.value.string_value for rs in out.resource_spans for ss in rs.scope_spans for span in ss.spans
+             for kv in span.attributes if kv.key in ("llm.note", "llm.ok")]
+    assert notes == ["s" * 90, "n" * 100]
+
+
 def test_event_attributes_are_truncated_too():
     req = request(spans=1)
     event = req.resource_spans[0].scope_spans[0].spans[0].events.add(name="e", time_unix_nano=1)
