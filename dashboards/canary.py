@@ -40,6 +40,48 @@ def _pools(config: Config, limits: Thresholds) -> list[dict]:
     ]
 
 
+HOT_SPOT_BY = ("model", "pool", "strategy")  # the pool's strategy in the legend: a policy change shows
+HOT_SPOT_LEGEND = "{{pool}} ({{strategy}})"
+
+
+def busiest_share() -> str:
+    """The busiest instance's share of its pool's requests in flight (1/N when spread evenly)."""
+    by = ", ".join(HOT_SPOT_BY)
+    return (f"max by ({by}) (sum by ({by}, instance) ({request.IN_FLIGHT.select(**F)}))\n"
+            f"/ sum by ({by}) ({request.IN_FLIGHT.select(**F)})")
+
+
+def slowest_instance_p99() -> str:
+    """The slowest instance's p99 TTFT in each pool: a hot spot hides in the pool's own quantiles."""
+    return f"max by ({', '.join(HOT_SPOT_BY)}) ({request.TTFT.quantile(0.99, (*HOT_SPOT_BY, 'instance'), RATE, **F)})"
+
+
+def cached_share() -> str:
+    """Prompt tokens served from the prefix cache, by pool and strategy."""
+    return ratio(request.CACHED_INPUT_TOKENS.rate(RATE, **F), request.INPUT_TOKENS.rate(RATE, **F), HOT_SPOT_BY)
+
+
+def _hot_spots(config: Config, limits: Thresholds) -> list[dict]:
+    return [
+        timeseries("Busiest instance's share of its pool's requests in flight", "percentunit",
+                   [Q(busiest_share(), HOT_SPOT_LEGEND)], max_value=1, width=8,
+                   description="Per pool and strategy: the requests in flight on its busiest instance over the "
+                               "pool's. Spread evenly it is 1 / the pool's instances.",
+                   good="canary and stable near 1 / their instance count; a canary far above stable piles "
+                        "its traffic on one instance (a hot spot: cache affinity outweighing load)."),
+        timeseries("Slowest instance's TTFT p99 by pool", "s", [Q(slowest_instance_p99(), HOT_SPOT_LEGEND)],
+                   line=Line(limits.instance_p99_ttft_seconds), width=8,
+                   description="Per pool and strategy: the p99 of its slowest instance; the line is the "
+                               "breaker's floor (LLMInstanceTTFTP99High).",
+                   good="canary beside stable, under the line; one canary instance far above is a hot spot."),
+        timeseries("Cached prompt share by pool", "percentunit", [Q(cached_share(), HOT_SPOT_LEGEND)], max_value=1,
+                   line=Line(limits.cold_cache_hit_ratio, below=True), width=8,
+                   description="Prompt tokens served from the prefix cache, per pool and strategy: what a "
+                               "cache-chasing policy bought.",
+                   good="a cache-aware canary above stable; equal shares mean the policy gained no hits."),
+    ]
+
+
 def _strategies(config: Config, limits: Thresholds) -> list[dict]:
     share = (f"sum by (strategy) ({request.REQUESTS.rate(RATE, **F)}) "
              f"/ scalar(sum({request.REQUESTS.rate(RATE, **F)}))")
@@ -71,6 +113,7 @@ def _strategies(config: Config, limits: Thresholds) -> list[dict]:
 
 def build(config: Config, limits: Thresholds) -> dict:
     rows = [("Canary vs stable (pools)", _pools(config, limits)),
+            ("Hot spots: load spread, slowest instance and cache by pool", _hot_spots(config, limits)),
             ("Balancing strategies", _strategies(config, limits))]
     variables = [variable("model", "model", request.REQUESTS.name, "model"),
                  variable("pool", "pool", request.REQUESTS.name, "pool"),

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 from infersight.simulator.clients import Backoff, ClientPolicy
 from infersight.simulator.disaggregation import GB, DecodeEngine
+from infersight.simulator.gateway import GatewayPolicy
 from infersight.simulator.physics import Physics
-from infersight.simulator.routing import Strategy
+from infersight.simulator.routing import PrefixIndex, Strategy
 from infersight.simulator.scenario import Event
 from infersight.simulator.workload import Lengths
 
@@ -106,13 +107,21 @@ def gpu_off_bus(fleet: Fleet, event: Event) -> None:
         fleet.restart(engine, math.inf)
 
 
-def strategy(fleet: Fleet, event: Event, name: str = "cache_aware", cache_alpha: float | None = None) -> None:
-    """The pool's balancing strategy changes (a canary of a new router policy)."""
+def strategy(fleet: Fleet, event: Event, name: str = "cache_aware", cache_alpha: float | None = None,
+             cache_threshold: float | None = None, balance_abs_threshold: int | None = None,
+             balance_rel_threshold: float | None = None) -> None:
+    """The pool's balancing strategy changes (a canary of a new router policy); the other parameters
+    are the gateway's settings for it (see :class:`GatewayPolicy`). A new router starts with an empty
+    prefix index."""
     for pool in fleet.gateway.pools:
         if (event.model is None or pool.model == event.model) and (event.pool is None or pool.name == event.pool):
             pool.strategy = Strategy(name)
-    if cache_alpha is not None:
-        fleet.gateway.policy = fleet.gateway.policy.model_copy(update={"cache_alpha": cache_alpha})
+            pool.index = PrefixIndex()
+    settings = {"cache_alpha": cache_alpha, "cache_threshold": cache_threshold,
+                "balance_abs_threshold": balance_abs_threshold, "balance_rel_threshold": balance_rel_threshold}
+    update = {k: v for k, v in settings.items() if v is not None}
+    if update:
+        fleet.gateway.policy = GatewayPolicy.model_validate({**fleet.gateway.policy.model_dump(), **update})
 
 
 def lengths(fleet: Fleet, event: Event, prompt_median: int | None = None, output_median: int | None = None) -> None:

@@ -25,7 +25,7 @@ from infersight.attributes import Outcome, TimeoutKind, UpstreamError
 from infersight.simulator.engine import SimEngine
 from infersight.simulator.gateway_metrics import GatewayMetrics
 from infersight.simulator.request import SimRequest
-from infersight.simulator.routing import Strategy, choose
+from infersight.simulator.routing import Balance, PrefixIndex, Strategy, choose, prefix_affinity
 
 HEALTHY, COLD, HALF_OPEN, EJECTED = "healthy", "cold", "half_open", "ejected"
 CONNECT_TIMEOUT_S = 2.0  # a dropped connection shows after this long
@@ -47,6 +47,15 @@ class GatewayPolicy(BaseModel):
     warm_after_s: float = Field(300.0, ge=0, description="a new instance counts as cold this long")
     gateway_retries: int = Field(1, ge=0, description="re-attempts on another instance after a broken attempt")
     cache_alpha: float = Field(0.5, ge=0, le=1, description="cache-aware routing weight of the cache ratio")
+    # prefix_affinity (the SGLang router's cache-aware policy), with that router's defaults
+    cache_threshold: float = Field(0.3, ge=0, le=1, description="prefix_affinity: a prompt matching an instance's "
+                                                                "tree by more than this share goes there")
+    balance_abs_threshold: int = Field(64, ge=0, description="prefix_affinity: load-balance when max - min in-flight "
+                                                             "exceeds this (and the relative threshold too)")
+    balance_rel_threshold: float = Field(1.5, ge=1, description="prefix_affinity: ... and max exceeds this x min")
+
+    def balance(self) -> Balance:
+        return Balance(self.cache_threshold, self.balance_abs_threshold, self.balance_rel_threshold)
 
 
 @dataclass
@@ -58,6 +67,7 @@ class Pool:
     weight: float = 1.0
     queue: deque = field(default_factory=deque)
     turn: int = 0
+    index: PrefixIndex = field(default_factory=PrefixIndex)  # prefix_affinity's tree of what it routed
 
 
 @dataclass
@@ -157,8 +167,12 @@ class Gateway:
         candidates = self._candidates(pool, exclude)
         if not candidates:
             return False
-        pick = choose(pool.strategy, candidates, self.in_flight, self.policy.max_in_flight, req, now, pool.turn,
-                      self.policy.cache_alpha)
+        if pool.strategy is Strategy.PREFIX_AFFINITY:
+            pick = prefix_affinity(candidates, self.in_flight, req, pool.index, self.policy.balance())
+            pool.index.routed(pick.engine.instance, req)
+        else:
+            pick = choose(pool.strategy, candidates, self.in_flight, self.policy.max_in_flight, req, now, pool.turn,
+                          self.policy.cache_alpha)
         pool.turn += 1
         engine = pick.engine
         self.metrics.routed(req, engine.instance, now)

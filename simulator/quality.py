@@ -49,6 +49,7 @@ class Row:
     known_failure: str | None = None
     allowed: str | None = None  # why it may fire (scenario's may_fire)
     model: str | None = None  # set: it fired for this model, which the scenario says stays quiet
+    pool: str | None = None  # set: it fired for this pool, which the scenario says stays quiet
 
     @property
     def after_onset(self) -> float | None:
@@ -75,8 +76,8 @@ class Result:
 
 
 def probe_expr(minutes: int) -> str:
-    """When each alert first fired, per model (an alert without a model label reads model "")."""
-    return (f'min by (alertname, severity, model) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})'
+    """When each alert first fired, per model and pool (an alert without those labels reads "")."""
+    return (f'min by (alertname, severity, model, pool) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})'
             f'[{minutes}m:1m])) / 60')
 
 
@@ -108,28 +109,30 @@ def test_document(recorder: Recorder, rule_files: list[str], minutes: int, eval_
     }
 
 
-def parse_probe(output: str) -> dict[tuple[str, str, str], float]:
-    """(alertname, severity, model) -> first firing minute, from promtool's report of the failed probe."""
-    fired: dict[tuple[str, str, str], float] = {}
+def parse_probe(output: str) -> dict[tuple[str, str, str, str], float]:
+    """(alertname, severity, model, pool) -> first firing minute, from promtool's report of the failed probe."""
+    fired: dict[tuple[str, str, str, str], float] = {}
     for line in output.splitlines():
         line = line.strip()
         if not line.startswith("got:"):
             continue
         for labels_text, value in _GOT.findall(line[4:]):
             labels = dict(_LABEL.findall(labels_text))
-            fired[(labels.get("alertname", ""), labels.get("severity", ""), labels.get("model", ""))] = float(value)
+            key = tuple(labels.get(k, "") for k in ("alertname", "severity", "model", "pool"))
+            fired[key] = float(value)
     return fired
 
 
-def by_alert(fired: dict[tuple[str, str, str], float]) -> dict[tuple[str, str], float]:
-    """(alertname, severity) -> the first minute it fired for any model."""
+def by_alert(fired: dict[tuple[str, ...], float]) -> dict[tuple[str, str], float]:
+    """(alertname, severity) -> the first minute it fired for any model and pool."""
     out: dict[tuple[str, str], float] = {}
-    for (alert, severity, _model), minute in fired.items():
+    for (alert, severity, *_where), minute in fired.items():
         out[(alert, severity)] = min(minute, out.get((alert, severity), minute))
     return out
 
 
-def evaluate(recorder: Recorder, config: Config, minutes: int, workdir: Path) -> dict[tuple[str, str, str], float]:
+def evaluate(recorder: Recorder, config: Config, minutes: int,
+             workdir: Path) -> dict[tuple[str, str, str, str], float]:
     rule_files, rule_texts = [], []
     for relative, text in render_rules(config).items():
         path = workdir / relative
@@ -152,7 +155,7 @@ def evaluate(recorder: Recorder, config: Config, minutes: int, workdir: Path) ->
     return fired
 
 
-def judge(scenario: Scenario, fired_by_model: dict[tuple[str, str, str], float]) -> Result:
+def judge(scenario: Scenario, fired_by_model: dict[tuple[str, ...], float]) -> Result:
     fired = by_alert(fired_by_model)
     result = Result(scenario, first_fired=dict(fired))
     onset = scenario.onset_minute
@@ -168,9 +171,13 @@ def judge(scenario: Scenario, fired_by_model: dict[tuple[str, str, str], float])
         if key not in expected and severity in PAGING:
             result.rows.append(Row(alert, severity, False, minute, None, onset, allowed=allowed.get(key)))
     # A model the incident does not touch stays quiet, whatever fires for the others.
-    for (alert, severity, model), minute in sorted(fired_by_model.items()):
+    for (alert, severity, model, *_pool), minute in sorted(fired_by_model.items()):
         if model in scenario.quiet_models and severity in PAGING:
             result.rows.append(Row(alert, severity, False, minute, None, onset, model=model))
+    # A pool the incident does not touch (stable beside a canary) likewise.
+    for (alert, severity, _model, *pool), minute in sorted(fired_by_model.items()):
+        if pool and pool[0] in scenario.quiet_pools and severity in PAGING:
+            result.rows.append(Row(alert, severity, False, minute, None, onset, pool=pool[0]))
     return result
 
 
@@ -227,5 +234,7 @@ def table(results: list[Result]) -> str:
             alert = row.alert if row.model is None else f"{row.alert} ({row.model})"
             if row.model is not None:
                 deadline = "must not fire (quiet model)"
+            if row.pool is not None:
+                alert, deadline = f"{row.alert} (pool {row.pool})", "must not fire (quiet pool)"
             lines.append(f"| {name} | {alert} | {row.severity} | {_cell(row)} | {deadline} | {verdict} |")
     return "\n".join(lines)

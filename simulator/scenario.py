@@ -109,6 +109,9 @@ class Scenario(Strict):
     magnitudes: dict[str, Any] = Field(default_factory=dict, description="what the incident looked like")
     quiet_models: list[str] = Field(
         default_factory=list, description="models the incident does not touch: nothing may fire for them")
+    quiet_pools: list[str] = Field(
+        default_factory=list, description="pools the incident does not touch (stable beside a canary): nothing "
+                                         "may fire for them")
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -119,6 +122,10 @@ class Scenario(Strict):
         for m in self.quiet_models:
             if m not in models:
                 raise ValueError(f"quiet_models names {m!r}, which the fleet does not serve ({', '.join(models)})")
+        pools = {p.name for m in self.fleet for p in m.pools}
+        for p in self.quiet_pools:
+            if p not in pools:
+                raise ValueError(f"quiet_pools names {p!r}, which the fleet does not have ({', '.join(sorted(pools))})")
         if self.expect and self.onset_minute is None:
             raise ValueError("a scenario that expects alerts needs onset_minute")
         for e in self.events:

@@ -30,6 +30,8 @@ class SharedPrefix(BaseModel):
     share: float = Field(0.7, ge=0, le=1, description="share of requests starting with a shared prefix")
     tokens: int = Field(1024, ge=0, description="length of each shared prefix")
     groups: int = Field(4, gt=0, description="how many distinct shared prefixes there are")
+    skew: float = Field(0.0, ge=0, le=4, description="popularity of the prefixes: group k is drawn in proportion to "
+                                                     "1 / (k + 1) ** skew (0: all alike; 1: Zipf, one hot document)")
 
 
 class Diurnal(BaseModel):
@@ -71,6 +73,8 @@ class Traffic:
         self.shared_share = workload.shared_prefix.share
         self._wander = 1.0
         self._unique = 0
+        self._groups = range(workload.shared_prefix.groups)
+        self._weights = [1.0 / (k + 1) ** workload.shared_prefix.skew for k in self._groups]
 
     def rate(self, t: float) -> float:
         d = self.w.diurnal
@@ -98,7 +102,7 @@ class Traffic:
         prompt = self.w.prompt_tokens.draw(self.rng)
         output = self.w.output_tokens.draw(self.rng)
         if sp.tokens and self.rng.random() < self.shared_share:
-            group = self.rng.randrange(sp.groups)
+            group = self.rng.choices(self._groups, self._weights)[0] if sp.skew else self.rng.randrange(sp.groups)
             return Draw(prompt + sp.tokens, output, f"{self.w.model}/v{self.prefix_version}/{group}", sp.tokens)
         self._unique += 1
         return Draw(prompt, output, f"u{self._unique}", 0)

@@ -14,12 +14,13 @@ import pytest
 from infersight.config import Config
 from infersight.signals import request
 from tests.simulator.runs import SCENARIOS, recorded
+from tests.simulator.test_canary_comparison import CHECKS as COMPARISON_CHECKS  # checked there
 
 WINDOW = 5  # minutes, as the SLO recordings' rate windows
 TTFT_CHECKS = {"ttft_p95_before_s", "ttft_p95_peak_s"}
 BREACH_CHECKS = {"ttft_p95_under_target_until_minute"}
 RETRY_CHECKS = {"client_retries_per_request_peak"}
-CHECKED = TTFT_CHECKS | RETRY_CHECKS | BREACH_CHECKS
+CHECKED = TTFT_CHECKS | RETRY_CHECKS | BREACH_CHECKS | COMPARISON_CHECKS
 
 
 def _summed(name: str, recorder) -> list[float]:
