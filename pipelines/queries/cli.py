@@ -347,7 +347,8 @@ def run_compare(args, config) -> int:
     _require_known(client, db, window, service=args.service, pool=args.pools, tables=tables)
     rows = library.compare_pools(client, db, window.start, window.end, service=args.service, pools=args.pools or (),
                                  tables=tables)
-    _print(rows, args, ["service", "pool", "requests", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tokens_per_s",
+    _print(rows, args, ["service", "pool", "strategy", "requests", "instances", "busiest_instance_share",
+                        "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "slowest_instance_ttft_p99_ms", "tokens_per_s",
                         "error_rate"])
     return 0
 

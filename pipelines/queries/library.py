@@ -273,26 +273,44 @@ ORDER BY minute, service, {by}""",
 
 def compare_pools(client, db: str, start: dt.datetime, end: dt.datetime, service: str = "",
                   pools: tuple[str, ...] = (), tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
-    """Canary vs stable (or any pools) side by side: TTFT percentiles, tokens/s and error rate.
+    """Canary vs stable (or any pools) side by side, per pool and balancing strategy: TTFT percentiles,
+    tokens/s, error rate, and how evenly the pool spread its requests.
 
     Error rate counts errors, timeouts and rejections (cancellations are the client's choice);
     tokens/s is output tokens over decode time (e2e minus TTFT) of requests that produced tokens.
+    A hot spot hides in a pool's own percentiles: ``busiest_instance_share`` is the share of the
+    pool's routed requests its busiest instance served (1 / ``instances`` when even), and
+    ``slowest_instance_ttft_p99_ms`` the p99 TTFT of its slowest instance. A pool whose strategy
+    changed in the window has a row per strategy.
     """
     return _rows(client, f"""
-SELECT service, pool, requests, round(ttft[1], 1) AS ttft_p50_ms, round(ttft[2], 1) AS ttft_p95_ms,
-       round(ttft[3], 1) AS ttft_p99_ms, tokens_per_s, error_rate
+SELECT service, pool, strategy, requests, instances, busiest_instance_share, round(ttft[1], 1) AS ttft_p50_ms,
+       round(ttft[2], 1) AS ttft_p95_ms, round(ttft[3], 1) AS ttft_p99_ms, slowest_instance_ttft_p99_ms,
+       tokens_per_s, error_rate
 FROM (
-    SELECT ServiceName AS service, Pool AS pool, sum(Requests) AS requests,
-           quantilesMerge({QUANTILE_LEVELS})(TtftMs) AS ttft,
-           round(if(sum(DecodeSeconds) > 0, sum(OutputTokens) / sum(DecodeSeconds), NULL), 1) AS tokens_per_s,
-           round((sum(Errors) + sum(Timeouts) + sum(Rejected)) / sum(Requests), 4) AS error_rate
-    FROM {{db:Identifier}}.{{t_requests_1m:Identifier}}
-    WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
-      AND ({{service:String}} = '' OR ServiceName = {{service:String}})
-      AND (empty({{pools:Array(String)}}) OR has({{pools:Array(String)}}, Pool))
-    GROUP BY service, pool)
-ORDER BY service, pool""", {**_at(db, tables),
-                            "start": start, "end": end, "service": service or "", "pools": list(pools)})
+    SELECT service, pool, strategy, sum(served) AS requests, countIf(instance != '') AS instances,
+           round(if(sumIf(served, instance != '') > 0,
+                    maxIf(served, instance != '') / sumIf(served, instance != ''), NULL), 3)
+               AS busiest_instance_share,
+           quantilesMerge({QUANTILE_LEVELS})(ttft_state) AS ttft,
+           -- an instance without a first token has NaN quantiles: it is not the slowest
+           round(maxIf(instance_ttft[3], instance != '' AND NOT isNaN(instance_ttft[3])), 1)
+               AS slowest_instance_ttft_p99_ms,
+           round(if(sum(decode_s) > 0, sum(output_tokens) / sum(decode_s), NULL), 1) AS tokens_per_s,
+           round(sum(failed) / sum(served), 4) AS error_rate
+    FROM (
+        SELECT ServiceName AS service, Pool AS pool, Strategy AS strategy, Instance AS instance,
+               sum(Requests) AS served, quantilesMergeState({QUANTILE_LEVELS})(TtftMs) AS ttft_state,
+               quantilesMerge({QUANTILE_LEVELS})(TtftMs) AS instance_ttft, sum(OutputTokens) AS output_tokens,
+               sum(DecodeSeconds) AS decode_s, sum(Errors) + sum(Timeouts) + sum(Rejected) AS failed
+        FROM {{db:Identifier}}.{{t_requests_1m:Identifier}}
+        WHERE Minute >= toStartOfMinute({{start:DateTime}}) AND Minute < {{end:DateTime64(9)}}
+          AND ({{service:String}} = '' OR ServiceName = {{service:String}})
+          AND (empty({{pools:Array(String)}}) OR has({{pools:Array(String)}}, Pool))
+        GROUP BY service, pool, strategy, instance)
+    GROUP BY service, pool, strategy)
+ORDER BY service, pool, strategy""", {**_at(db, tables),
+                                      "start": start, "end": end, "service": service or "", "pools": list(pools)})
 
 
 def dimension_values(client, db: str, start: dt.datetime, end: dt.datetime, dimension: str,

@@ -108,6 +108,7 @@ def test_percentiles_and_compare(store, capsys):
     assert code == 0 and len(rows) == 20 and "ttft" not in rows[0] and {r["pool"] for r in rows} == {"stable", "canary"}
     code, out, _ = run(capsys, "traces", "compare", "--dsn", dsn, *window(data), "--service", "gateway")
     assert code == 0 and "canary" in out and "0.1" in out
+    assert "least_conn" in out and "busiest_instance_share" in out and "slowest_instance_ttft_p99_ms" in out
     code, out, _ = run(capsys, "traces", "compare", "--dsn", dsn, *window(data), "--service", "gateway",
                        "--pools", "canary", "--format", "json")
     assert [(r["pool"], r["error_rate"]) for r in json.loads(out)] == [("canary", 0.1)]

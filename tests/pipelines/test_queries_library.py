@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 
 import pytest
 
@@ -129,6 +130,17 @@ def test_canary_versus_stable(incident):
     assert rows["canary"]["ttft_p50_ms"] == 300.0 and rows["stable"]["ttft_p50_ms"] == 150.0
     assert rows["stable"]["requests"] == 45 and rows["stable"]["error_rate"] == 0.0
     assert rows["stable"]["tokens_per_s"] > 0
+    # How evenly each pool spread its requests, and its slowest instance (a hot spot's signs).
+    served = Counter(r.instance for r in data.requests.values())
+    stable = [served[i] for i, pool in incident_data.POOLS.items() if pool == "stable"]
+    assert rows["stable"]["strategy"] == "least_conn" and rows["stable"]["instances"] == len(stable) == 2
+    assert rows["stable"]["busiest_instance_share"] == round(max(stable) / sum(stable), 3)
+    assert rows["canary"]["instances"] == 1 and rows["canary"]["busiest_instance_share"] == 1.0
+    # i-2's late arrival and long prefill are the stable pool's slowest first tokens
+    i2 = q.percentiles(client, db, data.t0, data.end, by="instance", service="gateway")
+    assert rows["stable"]["slowest_instance_ttft_p99_ms"] >= rows["stable"]["ttft_p99_ms"] > 2000
+    assert rows["canary"]["slowest_instance_ttft_p99_ms"] == rows["canary"]["ttft_p99_ms"]
+    assert i2  # the per-instance rollup the comparison reads has rows
     only = q.compare_pools(client, db, data.t0, data.end, service="gateway", pools=("canary",))
     assert [r["pool"] for r in only] == ["canary"]
 
