@@ -560,7 +560,10 @@ class RequestContext:
         parent = trace.set_span_in_context(self._span)
         otel, wall = self._tracer.otel, self._wall
         scheduled = self._scheduled_ns
-        otel.start_span(attr.SPAN_ENGINE_QUEUE, context=parent, start_time=wall(self._start_ns)).end(wall(scheduled))
+        # The engine's queue begins when the request reached it: at the last upstream attempt's start
+        # when a gateway traced the attempts, not while it waited in the gateway's own queue.
+        arrived = self._attempt_ns if self._attempt_ns is not None and self._attempt_ns <= scheduled else self._start_ns
+        otel.start_span(attr.SPAN_ENGINE_QUEUE, context=parent, start_time=wall(arrived)).end(wall(scheduled))
         prefill_end = first_ns if first_ns is not None and first_ns >= scheduled else end_ns
         prefill_attrs = {}
         if self._cached_input_tokens is not None:

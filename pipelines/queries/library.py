@@ -16,6 +16,7 @@ Each function returns a list of plain dicts, ready for :func:`infersight.command
 from __future__ import annotations
 
 import datetime as dt
+from enum import StrEnum
 from typing import Any
 
 from infersight import attributes as attr
@@ -40,6 +41,17 @@ REQUEST_FILTERS = """
     AND ({strategy:String} = '' OR Strategy = {strategy:String})
     AND ({status:String} = '' OR Outcome = {status:String})
     AND ({service:String} = '' OR ServiceName = {service:String})"""
+
+
+class Phase(StrEnum):
+    """Where a request was at an instant, as :func:`neighbors` labels it."""
+
+    GATEWAY_QUEUE = "gateway queue"
+    ENGINE_QUEUE = "engine queue"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    # A gateway's span alone cannot tell the engine's queue from its prefill (no engine spans in the trace)
+    AWAITING_FIRST_TOKEN = "awaiting first token"
 
 
 class TraceNotFound(LookupError):
@@ -188,23 +200,36 @@ ORDER BY minute, instance""", {**_at(db, tables),
 
 def neighbors(client, db: str, instance: str, at: dt.datetime, lookback: dt.timedelta = dt.timedelta(minutes=15),
               service: str = "", tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
-    """What else was on ``instance`` at the instant ``at``: queued, in prefill or in decode.
+    """What else was on ``instance`` at the instant ``at``: in a queue, in prefill or in decode.
 
-    The phase comes from the request span's own timing: queued until ``llm.queue_ms``, in prefill
-    until the first token (``llm.ttft_ms``), decoding after. Requests longer than ``lookback`` are
-    not searched for (they would have to start before ``at - lookback``).
+    Each request is labelled with a :class:`Phase`. The engine's own phase spans say it when the
+    trace has them (``engine.queue``, ``engine.prefill``: our engine-side tracer, the demo);
+    otherwise the request span's own timing: its queue (``llm.queue_ms``: the gateway's; vLLM's
+    ``time_in_queue`` on vLLM's own spans: the engine's), then up to the first token prefill on an
+    engine's span, or "awaiting first token" on a gateway's span, which cannot tell the engine's
+    queue from its prefill; decoding after. ``prefill_from_ms``: when its prefill began, from the
+    request's start, when the trace says. Requests longer than ``lookback`` are not searched for
+    (they would have to start before ``at - lookback``).
     """
     return _rows(client, """
-SELECT TraceId AS trace_id, ServiceName AS service, phase, round(elapsed_ms, 1) AS running_for_ms,
+SELECT TraceId AS trace_id, ServiceName AS service,
+       multiIf(ifNull(in_prefill, false), {p_prefill:String},
+               ifNull(in_engine_queue, false), {p_engine_queue:String},
+               TtftMs IS NOT NULL AND elapsed_ms >= TtftMs, {p_decode:String},
+               elapsed_ms < ifNull(QueueMs, 0), if(engine_span, {p_engine_queue:String}, {p_gateway_queue:String}),
+               engine_span OR ifNull(has_phases, false), {p_prefill:String},
+               {p_awaiting_first_token:String}) AS phase,
+       round(elapsed_ms, 1) AS running_for_ms,
        InputTokens AS prompt_tokens, CachedInputTokens AS cached_tokens, toBool(CachedInputTokens > 0) AS prefix_cached,
        OutputTokens AS output_tokens, round(TtftMs, 1) AS ttft_ms, round(Duration / 1e6, 1) AS e2e_ms,
-       round(QueueMs, 1) AS queue_ms, Outcome AS outcome, Timestamp AS started
+       round(QueueMs, 1) AS queue_ms,
+       round(if(engine_span AND prefill_at IS NULL, QueueMs,
+                dateDiff('microsecond', Timestamp, prefill_at) / 1000), 1) AS prefill_from_ms,
+       Outcome AS outcome, Timestamp AS started
 FROM (
     SELECT TraceId, ServiceName, InputTokens, CachedInputTokens, OutputTokens, TtftMs, QueueMs, Duration, Outcome,
-           Timestamp,
-           dateDiff('microsecond', Timestamp, {at:DateTime64(9)}) / 1000 AS elapsed_ms,
-           multiIf(elapsed_ms < ifNull(QueueMs, 0), 'queued', TtftMs IS NULL OR elapsed_ms < TtftMs, 'prefill',
-                   'decode') AS phase
+           Timestamp, mapContains(SpanAttributes, {vllm_queue:String}) AS engine_span,
+           dateDiff('microsecond', Timestamp, {at:DateTime64(9)}) / 1000 AS elapsed_ms
     FROM {db:Identifier}.{t_traces:Identifier}
     WHERE Timestamp <= {at:DateTime64(9)}
       AND Timestamp >= subtractMicroseconds({at:DateTime64(9)}, {lookback_us:Int64})
@@ -213,10 +238,31 @@ FROM (
       AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) >= {at:DateTime64(9)}
     ORDER BY Timestamp DESC
     LIMIT 1 BY TraceId
-)
-ORDER BY phase = 'decode', InputTokens DESC, trace_id""",
+) AS request
+LEFT JOIN (
+    -- the engine's phase spans of the same traces: where each request was at that instant (a trace
+    -- without them joins as false/NULL: no setting changed, the reader is readonly)
+    SELECT TraceId,
+           countIf(SpanName = {engine_queue:String}
+                   AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) > {at:DateTime64(9)}) > 0 AS in_engine_queue,
+           countIf(SpanName = {engine_prefill:String}
+                   AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) > {at:DateTime64(9)}) > 0 AS in_prefill,
+           -- the engine's queue ends where its prefill begins (a prefill span may not have begun yet)
+           if(countIf(SpanName = {engine_queue:String}) > 0,
+              maxIf(addMicroseconds(Timestamp, intDiv(Duration, 1000)), SpanName = {engine_queue:String}),
+              NULL) AS prefill_at,
+           true AS has_phases
+    FROM {db:Identifier}.{t_traces:Identifier}
+    WHERE SpanName IN ({engine_queue:String}, {engine_prefill:String})
+      AND Timestamp <= {at:DateTime64(9)}
+      AND Timestamp >= subtractMicroseconds({at:DateTime64(9)}, {lookback_us:Int64})
+    GROUP BY TraceId
+) AS phases USING (TraceId)
+ORDER BY phase = {p_decode:String}, InputTokens DESC, trace_id""",
                  {**_at(db, tables), "instance": instance, "at": at, "lookback_us": int(lookback.total_seconds() * 1e6),
-                  "service": service or ""})
+                  "service": service or "", "vllm_queue": attr.GEN_AI_LATENCY_QUEUE_S,
+                  "engine_queue": attr.SPAN_ENGINE_QUEUE, "engine_prefill": attr.SPAN_PREFILL,
+                  **{f"p_{p.name.lower()}": p.value for p in Phase}})
 
 
 def retries(client, db: str, start: dt.datetime, end: dt.datetime, min_attempts: int = 2,

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, PercentFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-PHASE_COLORS = {"queued": "#b0b0b0", "prefill": "#f28e2b", "decode": "#4e79a7"}
+PHASE_COLORS = {"queued": "#b0b0b0", "awaiting first token": "#e6c9a8", "prefill": "#f28e2b", "decode": "#4e79a7"}
 STALL_COLOR = "#d62728"
 OK_COLOR = "#59a14f"
 LIMIT_COLOR = "#333333"
@@ -177,10 +177,14 @@ def neighbors_gantt(instance: str, stall: tuple[dt.datetime, float], rows: list[
     labels, ends = [], []
     for y, row in enumerate(rows):
         start = row["started"]
-        queue = row["queue_ms"] or 0.0
         ttft = row["ttft_ms"] if row["ttft_ms"] is not None else row["e2e_ms"]
-        segments = (("queued", 0.0, queue), ("prefill", queue, max(ttft - queue, 0.0)),
-                    ("decode", ttft, max(row["e2e_ms"] - ttft, 0.0)))
+        prefill_from = row.get("prefill_from_ms")
+        if prefill_from is not None:  # the trace says when its prefill began: queued (gateway, engine) until then
+            before = (("queued", 0.0, prefill_from), ("prefill", prefill_from, max(ttft - prefill_from, 0.0)))
+        else:  # a gateway's span alone: its own queue, then the engine's queue or prefill, it cannot tell which
+            queue = row["queue_ms"] or 0.0
+            before = (("queued", 0.0, queue), ("awaiting first token", queue, max(ttft - queue, 0.0)))
+        segments = (*before, ("decode", ttft, max(row["e2e_ms"] - ttft, 0.0)))
         for phase, offset, length in segments:
             if length > 0:
                 ax.barh(y, dt.timedelta(milliseconds=length), left=start + dt.timedelta(milliseconds=offset),

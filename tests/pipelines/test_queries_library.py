@@ -95,7 +95,14 @@ def test_neighbors_at_the_stall(incident):
     assert all(r["phase"] == "decode" and r["prefix_cached"] for r in rows[1:])
     during = q.neighbors(client, db, "i-2", data.stall_at + dt.timedelta(seconds=1))
     late = next(r for r in during if r["trace_id"] == data.trace_id("late-arrival"))
-    assert late["phase"] == "queued"
+    assert late["phase"] == q.Phase.ENGINE_QUEUE  # waiting in i-2's own queue (its engine.queue span), not prefill
+    assert late["prefill_from_ms"] == 2500.0  # its prefill began after 2.5 s in that queue (from its engine span)
+    # The gateway's span alone runs from the gateway's start: the engine's phase spans of the same trace
+    # still say where each request was
+    gateway = {r["trace_id"]: r for r in q.neighbors(client, db, "i-2", data.stall_at + dt.timedelta(seconds=1),
+                                                     service="gateway")}
+    assert gateway[data.trace_id("late-arrival")]["phase"] == q.Phase.ENGINE_QUEUE
+    assert gateway[data.trace_id("long-prefill")]["phase"] == q.Phase.PREFILL
     assert q.neighbors(client, db, "i-9", data.stall_at) == []
 
 
