@@ -98,7 +98,8 @@ def ttft_by_instance(rows: list[dict[str, Any]], slo_p95_ms: float, path: Path) 
     ax.axvline(slo_p95_ms, color=LIMIT_COLOR, linestyle=":", linewidth=1.2, label=f"p95 target {slo_p95_ms:,.0f} ms")
     ax.set_yticks(range(len(rows)), labels, fontsize=9)
     ax.set_xlabel("time to first token (ms)")
-    ax.set_xlim(0, max([*p95, *(r["ttft_p99_ms"] or 0 for r in rows), slo_p95_ms]) * 1.3)  # room for the labels
+    # room for the labels ("p95 19,217 ms · p99 20,878 ms" after the rightmost tick), clear of the legend
+    ax.set_xlim(0, max([*p95, *(r["ttft_p99_ms"] or 0 for r in rows), slo_p95_ms]) * 1.55)
     ax.grid(alpha=0.3, axis="x")
     ax.set_title("Was TTFT within target? p95 per instance over the window (red: over target)", loc="left",
                  fontsize=11)
