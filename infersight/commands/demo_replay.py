@@ -68,7 +68,7 @@ class Replay:
         """``GatewayMetrics.on_end``: copy what the replay needs (the request object lives on)."""
         item = (req.model, req.pool, req.strategy, req.instance, req.client_attempt, req.arrival, req.queued_at,
                 req.attempt_at, tuple(req.failed_attempts or ()), req.draw.prompt_tokens, req.cached,
-                (req.first_token, req.s_start, req.extra_latency), outcome, now, kw)
+                (req.first_token, req.s_start, req.extra_latency), outcome, now, kw, req.admitted)
         if self.log is None:
             self.queue.put(item)
         else:
@@ -99,7 +99,7 @@ class Replay:
                 self.errors += 1
 
     def _one(self, model, pool, strategy, instance, client_attempt, arrival, queued_at, attempt_at, failed,
-             prompt_tokens, cached, engine_side, outcome, end, kw) -> None:
+             prompt_tokens, cached, engine_side, outcome, end, kw, admitted) -> None:
         clock = self.clock
         clock.at(arrival)
         headers = {RETRY_COUNT_HEADER: str(client_attempt)} if client_attempt else None
@@ -120,6 +120,11 @@ class Replay:
         if instance and attempt_at is not None:
             clock.at(attempt_at)
             req.routed(instance)
+            if admitted is not None and admitted >= attempt_at:
+                # The engine scheduled it (its queue ends, its prefill starts): the span gets engine.queue,
+                # engine.prefill and engine.decode, so a neighbour is labelled in the phase it was in.
+                clock.at(admitted)
+                req.scheduled(cached_input_tokens=cached)
         ttft_s, tokens = kw.get("ttft_s"), int(kw.get("tokens") or 0)
         if ttft_s is not None and tokens:
             clock.at(arrival + ttft_s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import statistics
 from collections import defaultdict
 from typing import Any
 
@@ -144,10 +145,16 @@ def from_clickhouse(run, reader, base: float) -> dict[str, Any]:
         # Its longest token gap, and what else was on its instance at that second (from ClickHouse),
         # beside what the simulated instance was doing then (from the simulator's decode steps).
         at = worst["stall_at"] or worst["started"] + dt.timedelta(milliseconds=(worst["ttft_ms"] or 0) / 2)
-        neighbours = library.neighbors(reader, "default", worst["instance"], at, tables=tables)
+        gap_ms = worst["max_gap_ms"] or 0.0
+        during = at + dt.timedelta(milliseconds=gap_ms / 2)  # mid-gap: what ran while its stream stood still
+        neighbours = library.neighbors(reader, "default", worst["instance"], during, tables=tables)
+        gaps = [t["gap_ms"] for t in library.token_timeline(reader, "default", worst["trace_id"], tables=tables)
+                if t["token_index"] > 0]
         stall = {"trace_id": worst["trace_id"], "instance": worst["instance"], "at": at,
-                 "gap_ms": worst["max_gap_ms"], "simulated": None}
-        moment = run.decode_log.moment(worst["instance"], (at - start).total_seconds()) if run.decode_log else None
+                 "gap_ms": worst["max_gap_ms"], "median_gap_ms": round(statistics.median(gaps), 1) if gaps else None,
+                 "simulated": None}
+        moment = (run.decode_log.moment(worst["instance"], (during - start).total_seconds())
+                  if run.decode_log else None)
         if moment is not None:
             stall["simulated"] = {"decoding": moment.decoding, "prefilling": moment.prefilling,
                                   "waiting": moment.waiting, "kv_usage": round(moment.kv_usage, 3),
@@ -236,8 +243,10 @@ def print_summary(s: dict[str, Any]) -> None:
                                                   "max_gap_ms", "input_tokens", "attempts", "outcome"]))
     stall = s.get("stall_of_slowest")
     if stall:
-        print(f"\nThe slowest request's longest token gap: {stall['gap_ms'] or 0:,.0f} ms at {stall['at']:%H:%M:%S} "
-              f"UTC on {stall['instance']}")
+        median = stall.get("median_gap_ms")
+        usual = f" (its median gap {median:,.0f} ms)" if median else ""
+        print(f"\nThe slowest request's longest token gap: {stall['gap_ms'] or 0:,.0f} ms{usual} at "
+              f"{stall['at']:%H:%M:%S} UTC on {stall['instance']}")
         sim = stall["simulated"]
         if sim:
             step = "no decode step" if sim["step_ms"] is None else f"one decode step every {sim['step_ms']:,.0f} ms"
@@ -247,11 +256,13 @@ def print_summary(s: dict[str, Any]) -> None:
         phases: dict[str, int] = defaultdict(int)
         for n in s["neighbours_of_slowest"]:
             phases[n["phase"]] += 1
-        print(f"  traced requests on {stall['instance']} at that second (infersight traces neighbors; "
+        print(f"  traced requests on {stall['instance']} mid-gap (infersight traces neighbors; "
               f"{s['head_ratio']:.0%} of requests are traced, slow and failed ones always): "
               + ", ".join(f"{n} {p}" for p, n in sorted(phases.items())))
         print(render(s["neighbours_of_slowest"][:8], "table", ["trace_id", "phase", "running_for_ms",
                                                                 "prompt_tokens", "cached_tokens", "ttft_ms"]))
+        if len(s["neighbours_of_slowest"]) > 8:
+            print(f"  ... and {len(s['neighbours_of_slowest']) - 8} more")
     print(f"\nFailed upstream attempts (infersight traces retries): {s['retried_requests']} requests re-attempted")
     if s["failed_attempts"]:
         print(render(s["failed_attempts"], "table", ["instance", "attempts", "failed_attempts", "errors",
