@@ -90,17 +90,20 @@ def test_prometheus_joins_gpu_and_engine_series(engines, collector, gpus, promet
             prom.wait_for(f"count_over_time({counter}[15s]) >= 13", timeout=40)
     watts = {node: [sims[node].gpu(index).read().power_watts for index in (0, 1)] for node in sims}  # steady
 
-    # n1: per node, both GPUs against the one engine spanning them.
+    # n1: per node, both GPUs against the one engine spanning them. The tolerance: Prometheus stamps a
+    # sample when its scrape starts, and on a loaded machine the reading comes up to a few hundred ms
+    # later, so each of the two 5s rates can be some 10% off (CI once read 9.94 for 8.58). A wrong join
+    # is off by a factor of 2 or more (one GPU of the two, or another node's), far outside 25%.
     n1_joules_per_token = sum(watts["n1"]) / TOKENS_PER_SECOND["n1"]
     per_node = energy_per_token(window="5s", by=("node",), node="n1")
-    assert first_number(prom, per_node) == pytest.approx(n1_joules_per_token, rel=0.1)
+    assert first_number(prom, per_node) == pytest.approx(n1_joules_per_token, rel=0.25)
     # Per engine target, through the GPU list it runs on (llm_engine_gpu_info on the "many" side,
     # so GPUs shared by several targets still join).
     n1_instance = f"127.0.0.1:{engines.port}/live"
     target_energy = (f"sum by (instance) ({sig.GPU_INFO.select(instance=n1_instance)} * on (node, gpu) group_left "
                      f"rate({gpu.ENERGY.select()}[5s]))")
     target_tokens = f"sum by (instance) (rate({sig.GENERATION_TOKENS.select(instance=n1_instance)}[5s]))"
-    assert first_number(prom, f"{target_energy} / {target_tokens}") == pytest.approx(n1_joules_per_token, rel=0.1)
+    assert first_number(prom, f"{target_energy} / {target_tokens}") == pytest.approx(n1_joules_per_token, rel=0.25)
 
     # n2: per GPU only GPU 0 joins (GPU 1 runs no engine; n1's engine is labelled gpu="0,1");
     # per node both of n2's GPUs count against its engine's tokens.
