@@ -26,6 +26,16 @@ def events(selector: str, window: str) -> str:
     return f"(({selector} > 0 unless {selector} offset {window}) or increase({selector}[{window}]))"
 
 
+def larger(a: str, b: str) -> str:
+    """Per label set, the larger of two vectors with the same labels, or whichever one exists."""
+    return f"(({a}) >= ({b})\nor ({b})\nor ({a}))"
+
+
+def added(a: str, b: str) -> str:
+    """Per label set, ``a + b``, or whichever one exists (a producer that is not there adds nothing)."""
+    return f"(({a}) + ({b})\nor ({a})\nor ({b}))"
+
+
 def younger_than(start_time_selector: str, seconds: float) -> str:
     """Series of instances whose start time is less than ``seconds`` ago (in their cold start)."""
     return f"(time() - {start_time_selector} < {seconds:g})"

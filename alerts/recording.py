@@ -6,7 +6,7 @@ Each name is built from the catalog signal it aggregates, so renaming a metric r
 from __future__ import annotations
 
 from infersight.alerts.model import Recording
-from infersight.alerts.promql import events, num, ratio, younger_than
+from infersight.alerts.promql import added, events, larger, num, ratio, younger_than
 from infersight.alerts.series import le
 from infersight.signals import Signal, engine, gateway, gpu, request
 from infersight.thresholds import BURN_WINDOWS, Thresholds
@@ -53,12 +53,30 @@ ENGINE_TTFT_BOUND = name("le", engine.TTFT.name + "_bucket", "bound")
 ENGINE_TTFT_OVER_LINE = name(INSTANCE_LEVEL, engine.TTFT.name, "over_breaker_line_ratio_rate5m")
 GATEWAY_QUEUE_SUM = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "sum")
 GATEWAY_QUEUE_AVG30M = name(("model", "pool"), gateway.QUEUE_DEPTH.name, "avg30m")
+# Scale-out signal 1, the queue where it is (gateway and engines) in seconds of waiting: the requests'
+# mean wait as measured (gateway queue time + engine queue time), or the queued requests over the rate
+# the pool completes them (Little's law: how long the queue takes to drain), whichever is larger; the
+# measured waits lag while a queue still grows (a wait is observed when it ends), a depth gauge is one
+# sample a minute.
+POOL_QUEUE_SUM = name(("model", "pool"), "llm_requests_queued", "sum")
+POOL_QUEUE_AVG30M = name(("model", "pool"), "llm_requests_queued", "avg30m")
+QUEUE_WAIT_MEASURED_30M = name(("model", "pool"), "llm_queue_wait_seconds", "mean_rate30m")
+QUEUE_DRAIN_30M = name(("model", "pool"), "llm_requests_queued", "drain_seconds_avg30m")
+QUEUE_WAIT_30M = name(("model", "pool"), "llm_queue_wait_seconds", "max30m")
 INSTANCE_QUEUE_SUM = name(("model", "pool", "instance"), engine.REQUESTS_WAITING.name, "sum")
 MODEL_QUEUE_SUM = name("model", engine.REQUESTS_WAITING.name, "sum")
 MODEL_QUEUE_AVG30M = name("model", engine.REQUESTS_WAITING.name, "avg30m")
 NODE_QUEUE_SUM = name("node", engine.REQUESTS_WAITING.name, "sum")
 IN_FLIGHT_SUM = name("model", request.IN_FLIGHT.name, "sum")
 SERVING_INSTANCES = name("model", "llm_instances_serving", "count")
+# Scale-out signal 3, demand as a share of serving capacity (1 = capacity), the larger of two: requests
+# in flight against the KV-bound concurrency of the capacity model, and prompt tokens to prefill (the
+# prefix cache's hits left out) against the prefill compute the pool can use with first tokens in time.
+IN_FLIGHT_CAPACITY_RATIO = name("model", request.IN_FLIGHT.name, "capacity_ratio")
+PREFILL_TOKENS_RATE = name("model", "llm_prefill_tokens", "rate15m")
+PREFILL_CAPACITY_RATIO = name("model", "llm_prefill_tokens", "capacity_ratio_rate15m")
+DEMAND_CAPACITY_RATIO = name("model", "llm_demand", "capacity_ratio")
+PREFILL_WINDOW = "15m"  # prompt tokens come in bursts of a few thousand: 5 minutes are too noisy to forecast
 RETRIES_PER_REQUEST = name("model", "llm_retries_per_request", "ratio_rate5m")
 EJECTED_COUNT = name(("model", "pool"), "llm_instances_ejected_5m", "count")
 EJECTED_SHARE = name(("model", "pool"), "llm_instances_ejected_5m", "ratio")
@@ -102,6 +120,40 @@ def retries_per_request() -> str:
     client_retries = f"sum by (model) ({request.CLIENT_RETRIES.rate()})"
     return (f"(({gateway_retries} + {client_retries}) or {gateway_retries} or {client_retries})\n"
             f"/ sum by (model) ({request.REQUESTS.rate()})")
+
+
+def queue_wait_measured() -> str:
+    """Requests' mean wait at the gateway plus in the engines over 30 minutes, as their queue-time
+    histograms measure it (either alone where only one is there)."""
+    by = ("model", "pool")
+    return added(ratio(f"rate({request.QUEUE_TIME.sum()}[30m])", f"rate({request.QUEUE_TIME.count()}[30m])", by),
+                 ratio(f"rate({engine.QUEUE_TIME.sum()}[30m])", f"rate({engine.QUEUE_TIME.count()}[30m])", by))
+
+
+def queue_drain() -> str:
+    """The 30-minute mean of requests queued (gateway and engines) over the rate the pool completes
+    requests: seconds the queue takes to drain (the engines' count, else the gateway's)."""
+    completed = (f"sum by (model, pool) ({engine.REQUESTS_FINISHED.rate('30m')})\n"
+                 f"or sum by (model, pool) ({request.REQUESTS.rate('30m')})")
+    return f"{POOL_QUEUE_AVG30M} / on (model, pool) ({completed})"
+
+
+def prefill_tokens_rate() -> str:
+    """Prompt tokens/s a model's engines prefill, the prefix cache's hits left out (engines without a
+    prefix cache: all prompt tokens)."""
+    prompt = f"sum by (model) ({engine.PROMPT_TOKENS.rate(PREFILL_WINDOW)})"
+    hits = f"sum by (model) ({engine.PREFIX_CACHE_HITS.rate(PREFILL_WINDOW)})"
+    return f"({prompt} - {hits}\nor {prompt})"
+
+
+def in_flight_capacity(limits: Thresholds) -> str:
+    """Requests a model's serving instances hold in flight (KV-bound concurrency at the target rate)."""
+    return f"{SERVING_INSTANCES} * {limits.requests_per_instance}"
+
+
+def prefill_capacity(limits: Thresholds) -> str:
+    """Prompt tokens/s a model's serving instances prefill with first tokens still in time."""
+    return f"{SERVING_INSTANCES} * {num(limits.prefill_capacity_tokens_per_s)}"
 
 
 def _engine_ttft_roles() -> str:
@@ -179,12 +231,22 @@ def recording_rules(limits: Thresholds) -> list[Recording]:
         Recording(ENGINE_TTFT_OVER_LINE, engine_ttft_over_line()),
         Recording(GATEWAY_QUEUE_SUM, f"sum by (model, pool) ({gateway.QUEUE_DEPTH.select()})"),
         Recording(GATEWAY_QUEUE_AVG30M, f"avg_over_time({GATEWAY_QUEUE_SUM}[30m])"),
+        Recording(POOL_QUEUE_SUM, added(GATEWAY_QUEUE_SUM,
+                                        f"sum by (model, pool) ({engine.REQUESTS_WAITING.select()})")),
+        Recording(POOL_QUEUE_AVG30M, f"avg_over_time({POOL_QUEUE_SUM}[30m])"),
+        Recording(QUEUE_WAIT_MEASURED_30M, queue_wait_measured()),
+        Recording(QUEUE_DRAIN_30M, queue_drain()),
+        Recording(QUEUE_WAIT_30M, larger(QUEUE_WAIT_MEASURED_30M, QUEUE_DRAIN_30M)),
         Recording(INSTANCE_QUEUE_SUM, f"sum by (model, pool, instance) ({engine.REQUESTS_WAITING.select()})"),
         Recording(MODEL_QUEUE_SUM, f"sum by (model) ({engine.REQUESTS_WAITING.select()})"),
         Recording(MODEL_QUEUE_AVG30M, f"avg_over_time({MODEL_QUEUE_SUM}[30m])"),
         Recording(NODE_QUEUE_SUM, f"sum by (node) ({engine.REQUESTS_WAITING.select()})"),
         Recording(IN_FLIGHT_SUM, f"sum by (model) ({request.IN_FLIGHT.select()})"),
         Recording(SERVING_INSTANCES, f"count by (model) ({state.select(state='!=ejected')} == 1)"),
+        Recording(IN_FLIGHT_CAPACITY_RATIO, f"{IN_FLIGHT_SUM} / on (model) ({in_flight_capacity(limits)})"),
+        Recording(PREFILL_TOKENS_RATE, prefill_tokens_rate()),
+        Recording(PREFILL_CAPACITY_RATIO, f"{PREFILL_TOKENS_RATE} / on (model) ({prefill_capacity(limits)})"),
+        Recording(DEMAND_CAPACITY_RATIO, larger(IN_FLIGHT_CAPACITY_RATIO, PREFILL_CAPACITY_RATIO)),
         Recording(RETRIES_PER_REQUEST, retries_per_request()),
         # Per model and pool: 300 healthy instances of another model must not dilute a cascade.
         # "or 0 * count": a healthy pool reads 0, not "no data".

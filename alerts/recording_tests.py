@@ -28,7 +28,8 @@ from infersight.signals import Signal, engine, gateway, gpu, request
 from infersight.thresholds import BURN_WINDOWS, Thresholds
 
 AT = "10m"  # the 5-minute window [5m, 10m] holds six samples: no extrapolation
-MINUTES = 15
+LONG_AT = "40m"  # the same for the 15- and 30-minute windows
+MINUTES = 45
 
 
 def histogram_quantile(buckets: Sequence[float], per_second: Mapping[float, int], q: float) -> float:
@@ -94,12 +95,12 @@ def _rate(signal: Signal, labels: Mapping[str, str], per_second: int):
     return counter(signal, labels, [(60 * per_second, MINUTES)])
 
 
-def _rounded(record: str, labels: Mapping[str, str], value: float, selector: str = "") -> dict:
+def _rounded(record: str, labels: Mapping[str, str], value: float, selector: str = "", at: str = AT) -> dict:
     """A test on ``round(record, 0.0001)``: rates pick up last-bit noise (extrapolation factors), the
     rounded value does not, and the expected value is rounded the way PromQL's round() does it."""
     nearest_inverse = 1.0 / 0.0001
     expected = math.floor(value * nearest_inverse + 0.5) / nearest_inverse
-    return {"expr": f"round({record}{selector}, 0.0001)", "eval_time": AT,
+    return {"expr": f"round({record}{selector}, 0.0001)", "eval_time": at,
             "exp_samples": [{"labels": _sample("", labels, 0)["labels"], "value": expected}]}
 
 
@@ -162,6 +163,17 @@ def recording_test_file(limits: Thresholds, recording_rule_file: str) -> dict:
     tests.append({"expr": rec.INSTANCE_QUEUE_SUM, "eval_time": AT,
                   "exp_samples": [_sample(rec.INSTANCE_QUEUE_SUM, {**model_pool, "instance": t}, n)
                                   for t, n in (("e1:8000", 5), ("e2:8000", 6))]})
+    # Scale-out signal 1, seconds of waiting: measured 0.25 s at the gateway + 0.5 s in the engines;
+    # drained 18 queued (7 at the gateway, 11 in the engines) over the 60 requests/s the gateway
+    # completes (below; no engine counts its finished requests here) = 0.3 s; the larger 0.75 s.
+    # (The drained estimate alone: LLMGatewayQueueHigh's gateway cases.) Read at LONG_AT: 30-minute rates.
+    series += histogram(request.QUEUE_TIME, request_labels(), [({0.25: 60 * 4}, MINUTES)])
+    series += histogram(engine.QUEUE_TIME, engine_labels(), [({0.5: 60 * 2}, MINUTES)])
+    one(rec.POOL_QUEUE_SUM, model_pool, 18)
+    one(rec.POOL_QUEUE_AVG30M, model_pool, 18)
+    tests.extend([_rounded(rec.QUEUE_WAIT_MEASURED_30M, model_pool, 0.75, at=LONG_AT),
+                  _rounded(rec.QUEUE_DRAIN_30M, model_pool, 0.3, at=LONG_AT),
+                  _rounded(rec.QUEUE_WAIT_30M, model_pool, 0.75, at=LONG_AT)])
     one(rec.MODEL_QUEUE_SUM, model, 11)
     one(rec.MODEL_QUEUE_AVG30M, model, 11)
     one(rec.NODE_QUEUE_SUM, {"node": NODE}, 11)
@@ -175,6 +187,18 @@ def recording_test_file(limits: Thresholds, recording_rule_file: str) -> dict:
             series.append(gauge(gateway.INSTANCE_STATE, {**labels, "state": name}, [(int(name == state), MINUTES)]))
         series.append(steps(gateway.EJECTIONS, labels, MINUTES, [8] if state == "ejected" else []))
     one(rec.SERVING_INSTANCES, model, 3)
+    # Scale-out signal 3, demand as a share of capacity: 9 requests in flight of 3 x requests_per_instance;
+    # prompt tokens to prefill (the engine's prompt tokens less its 200/s of prefix-cache hits, below)
+    # of 3 x the prefill capacity per instance; the larger of the two.
+    prompt_per_s = 200 + round(0.3 * 3 * limits.prefill_capacity_tokens_per_s)
+    series.append(_rate(engine.PROMPT_TOKENS, engine_labels(), prompt_per_s))
+    in_flight_share = 9 / (3 * limits.requests_per_instance)
+    prefill_share = (prompt_per_s - 200) / (3 * limits.prefill_capacity_tokens_per_s)
+    require(prefill_share > in_flight_share, "the prefill share must be the larger")
+    tests.extend([_rounded(rec.IN_FLIGHT_CAPACITY_RATIO, model, in_flight_share),
+                  _rounded(rec.PREFILL_TOKENS_RATE, model, prompt_per_s - 200, at=LONG_AT),
+                  _rounded(rec.PREFILL_CAPACITY_RATIO, model, prefill_share, at=LONG_AT),
+                  _rounded(rec.DEMAND_CAPACITY_RATIO, model, prefill_share, at=LONG_AT)])
     one(rec.EJECTED_SHARE, model_pool, 0.25)
     one(rec.EJECTED_COUNT, model_pool, 1)
     # Before the ejection at minute 8 a healthy pool reads 0, not "no data".

@@ -31,33 +31,37 @@ LEGEND = "{{model}} {{pool}}"
 
 
 def _signals(limits: Thresholds) -> list[dict]:
-    depth = [Q(recorded(rec.GATEWAY_QUEUE_SUM, F), "now " + LEGEND),
-             Q(recorded(rec.GATEWAY_QUEUE_AVG30M, F), "30m mean " + LEGEND)]
+    wait = [Q(recorded(rec.QUEUE_WAIT_MEASURED_30M, F), "measured " + LEGEND),
+            Q(recorded(rec.QUEUE_DRAIN_30M, F), "queued / completed " + LEGEND)]
     ttft_p95 = recorded(rec.TTFT_P95_BY_MODEL, F)
     bar = limits.rising_ttft_bar_seconds
     horizon_s = round(limits.forecast_hours * 3600)
-    demand = recorded(rec.IN_FLIGHT_SUM, F)
-    capacity = f"{recorded(rec.SERVING_INSTANCES, F)} * {limits.requests_per_instance}"
+    demand = recorded(rec.DEMAND_CAPACITY_RATIO, F)
     return [
-        timeseries("Gateway queue depth and its 30-minute mean", "short", depth,
-                   line=Line(limits.gateway_queue_depth), width=12,
-                   description="Signal 1: the 30-minute mean over the line (thresholds.gateway_queue_depth) asks for "
-                               "more instances.",
-                   good="the mean far under the line; short spikes of 'now' are bursts the queue absorbs."),
+        timeseries("Queue wait (gateway and engines), 30-minute mean", "s", wait,
+                   line=Line(limits.queue_wait_bar_seconds), width=12,
+                   description=f"Signal 1: requests' mean wait in the queues where they are, measured (gateway + "
+                               f"engine queue time) and as queued requests over the completion rate; the larger over "
+                               f"the line ({limits.queue_wait_slo_share:.0%} of the p95 TTFT target, "
+                               f"thresholds.queue_wait_slo_share) asks for more instances.",
+                   good="far under the line; a queue that drains in a fraction of a prefill."),
         timeseries("TTFT p95 vs the scale-out bar", "s", [Q(ttft_p95, "{{model}}")],
                    line=Line(limits.ttft_p95_target_seconds, warn=bar), width=12,
                    description=f"Signal 2: over the orange bar ({limits.ttft_slo_share_rising:.0%} of the p95 target) "
                                "and "
                                "still rising asks for instances before the SLO is missed.",
                    good="under the orange bar, or over it and falling."),
-        timeseries("Demand: in flight, forecast and capacity", "short",
-                   [Q(demand, "in flight {{model}}"),
-                    Q(f"predict_linear({demand}[1h], {horizon_s})", f"in {limits.forecast_hours:g}h {{{{model}}}}"),
-                    Q(capacity, "capacity {{model}}")], width=12,
-                   description=f"Signal 3: the {limits.forecast_hours:g} h linear forecast of requests in flight "
-                               f"against serving instances x {limits.requests_per_instance} concurrent requests each "
-                               "(capacity model, at the target token rate).",
-                   good="the forecast under capacity; crossing it is the time left to add instances."),
+        timeseries("Demand as a share of capacity, and its forecast", "percentunit",
+                   [Q(recorded(rec.PREFILL_CAPACITY_RATIO, F), "prefill {{model}}"),
+                    Q(recorded(rec.IN_FLIGHT_CAPACITY_RATIO, F), "in flight {{model}}"),
+                    Q(f"predict_linear({demand}[1h], {horizon_s})", f"in {limits.forecast_hours:g}h {{{{model}}}}")],
+                   line=Line(1.0, warn=limits.forecast_min_demand_share), width=12,
+                   description=f"Signal 3: prompt tokens to prefill against "
+                               f"{limits.prefill_capacity_tokens_per_s:,.0f} tok/s per serving instance "
+                               f"({limits.prefill_capacity_share:.0%} of the capacity model's prefill compute), and "
+                               f"requests in flight against {limits.requests_per_instance} per instance (KV at the "
+                               f"target token rate); the {limits.forecast_hours:g} h linear forecast of the larger.",
+                   good="the forecast under 100%; crossing it is the time left to add instances."),
         # deriv is negative while p95 falls: the axis must not stop at 0, and the unit is seconds per hour
         timeseries("TTFT p95 trend", "suffix: s/h", [Q(f"deriv({ttft_p95}[30m]) * 3600", "{{model}}")], width=6,
                    min_value=None,

@@ -59,7 +59,8 @@ def _now(limits: Thresholds) -> list[dict]:
              good="the planned instance count; fewer means ejections or cold starts (see the breaker dashboard)."),
         stat("Gateway queue", "short", [Q(f"sum({gateway.QUEUE_DEPTH.select(**F)})", "queued")],
              line=Line(limits.gateway_queue_depth), description="Requests waiting at the gateway for an instance.",
-             good="near 0; its 30-minute mean over the line asks for more instances."),
+             good="near 0; the scale-out signal counts it with the engines' queues, in seconds of waiting "
+                  "(Capacity dashboard)."),
         stat("Retries per request now", "percentunit",
              [Q(recorded(rec.RETRIES_PER_REQUEST, F), "{{model}} with client retries")],
              line=Line(limits.retry_ratio), decimals=2, description="Retry attempts over finished requests.",

@@ -62,12 +62,20 @@ class SLO(Section):
 
 
 class Thresholds(Section):
-    gateway_queue_depth: float = Field(50, gt=0, description="30-minute mean gateway queue depth to scale out")
+    gateway_queue_depth: float = Field(50, gt=0, description="gateway queue depth drawn as a line on the fleet "
+                                                            "dashboard and the incident report")
+    queue_wait_slo_share: float = Field(
+        0.1, gt=0, lt=1, description="requests' mean wait in the queues (gateway and engines) over 30 minutes, as a "
+                                      "share of the p95 TTFT target, that asks for scale-out")
     ttft_slo_share_rising: float = Field(0.7, gt=0, le=1, description="p95 TTFT over this share of the SLO and rising")
     forecast_hours: float = Field(2, gt=0, le=24)
     forecast_min_demand_share: float = Field(
         0.9, gt=0, lt=1, description="the demand forecast pages only once demand is over this share of capacity "
                                      "(a normal ramp peaking under it stays quiet)")
+    prefill_capacity_share: float = Field(
+        0.7, gt=0, le=1, description="share of the capacity model's prefill compute a pool can use with p95 TTFT still "
+                                     "within its target (first tokens queue for the prefill long before 100%): "
+                                     "the demand forecast's prefill capacity")
     instance_p99_ttft_seconds: float = Field(
         5.0, gt=0, description="floor: an instance's own p99 TTFT (inside the engine) must be over this to "
                                "half-open its breaker")

@@ -53,6 +53,7 @@ class Thresholds:
 
     config: Config
     requests_per_instance: int  # capacity model: concurrent requests one instance serves at the target rate
+    prefill_tokens_per_instance: float  # capacity model: prompt tokens/s one instance prefills (compute-bound)
     page_burn: tuple[BurnWindow, ...] = PAGE_BURN
     ticket_burn: tuple[BurnWindow, ...] = TICKET_BURN
 
@@ -90,6 +91,16 @@ class Thresholds:
     def rising_ttft_bar_seconds(self) -> float:
         """The scale-out bar: p95 TTFT over this share of its target (and rising) asks for instances."""
         return self.config.thresholds.ttft_slo_share_rising * self.config.slo.ttft_p95_seconds
+
+    @property
+    def queue_wait_bar_seconds(self) -> float:
+        """The scale-out queue bar: requests' mean wait in the queues over this asks for instances."""
+        return self.config.thresholds.queue_wait_slo_share * self.config.slo.ttft_p95_seconds
+
+    @property
+    def prefill_capacity_tokens_per_s(self) -> float:
+        """Prompt tokens/s one instance prefills with p95 TTFT still within target (the forecast's capacity)."""
+        return self.config.thresholds.prefill_capacity_share * self.prefill_tokens_per_instance
 
     @property
     def instance_queue_limit(self) -> int:
@@ -161,7 +172,8 @@ def thresholds_from_config(config: Config) -> Thresholds:
             f"thresholds.cold_start_minutes {th.cold_start_minutes:g} is shorter than the 5-minute rates the "
             f"cold-start alert reads; use {MIN_COLD_START_MINUTES} or more")
     config.alertmanager.runbooks()  # a ConfigError now, not while the first rule is written
-    return Thresholds(config, requests_per_instance=capacity.max_concurrent_requests_at_target)
+    return Thresholds(config, requests_per_instance=capacity.max_concurrent_requests_at_target,
+                      prefill_tokens_per_instance=capacity.prefill_tokens_per_s)
 
 
 def on_bucket(value: float, buckets) -> bool:

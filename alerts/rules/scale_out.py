@@ -5,39 +5,89 @@ from __future__ import annotations
 import math
 
 from infersight.alerts import recording as rec
-from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
-from infersight.alerts.promql import num
-from infersight.alerts.rules.common import MODEL, POOL, instance_labels, lab, pct, request_labels, require, val
-from infersight.alerts.series import gauge, histogram, observations_near, quantile, ramp
-from infersight.signals import gateway, request
+from infersight.alerts.model import Alert, Case, Expected, Series, Severity, SignalClass
+from infersight.alerts.promql import larger, num
+from infersight.alerts.rules.common import (
+    MODEL,
+    PCT,
+    POOL,
+    engine_labels,
+    instance_labels,
+    lab,
+    pct,
+    request_labels,
+    require,
+    val,
+)
+from infersight.alerts.series import counter, expand, gauge, histogram, observations_near, quantile, ramp
+from infersight.signals import engine, gateway, request
 from infersight.thresholds import Thresholds
 
 SIGNAL = SignalClass.SCALE_OUT
 RISING_HORIZON_S = 3600  # how far ahead LLMTTFTNearSLORising projects the 30-minute p95
 
 
+def _window_ratio(numerator: Series, denominator: Series, minute: int, window: int) -> float:
+    """What ``rate(num[window]) / rate(den[window])`` gives at ``minute``: the two increases' ratio."""
+    a, b = expand(numerator.values), expand(denominator.values)
+    return (a[minute] - a[minute - window]) / (b[minute] - b[minute - window])
+
+
 def gateway_queue_high(limits: Thresholds) -> Alert:
-    t = limits.gateway_queue_depth
+    bar = limits.queue_wait_bar_seconds
+    share, target = limits.queue_wait_slo_share, limits.ttft_p95_target_seconds
     labels = {"model": MODEL, "pool": POOL}
+    engine_at = engine_labels()
 
-    def queue(total: float, minutes: int = 45):
-        # two gateway strategies share the queue: the rule must sum them
-        return [gauge(gateway.QUEUE_DEPTH, {**labels, "strategy": s}, [(total / 2, minutes)]) for s in ("a", "b")]
+    # Sustained growth (the incident: the simulator's sustained-growth pool): ~15 requests/s, first
+    # tokens waiting for the prefill in the engines longer and longer, the gateway holding nothing.
+    # Its engines' mean wait went 0.03 s -> 0.17 s over 130 minutes, when p95 TTFT broke its target;
+    # the same growth runs on until it crosses the bar of any config.
+    per_minute, slope, wait_s = 900, 0.14 / 130, max(0.5, 2 * bar)  # requests/min, mean wait s/min, one wait
+    minutes = max(130, math.ceil((bar - 0.03) / slope) + 45)
+    require(0.03 < bar, "the queue bar must be over the wait of the healthy start (0.03 s)")
+    waiting = [min(per_minute, round(per_minute * (0.03 + slope * m) / wait_s)) for m in range(minutes)]
+    growth = histogram(engine.QUEUE_TIME, engine_at, [({0.0: per_minute - k, wait_s: k}, 1) for k in waiting])
+    growth_sum, growth_count = growth[-1], growth[-2]
+    mean30 = lambda m: _window_ratio(growth_sum, growth_count, m, 30)  # noqa: E731
+    crossing = next(m for m in range(31, minutes) if mean30(m) > bar)
+    # for: 1m, and a minute more: promtool evaluates the rule groups in no fixed order, so the alert may
+    # read the recording a minute old; the value it shows must then read the same to two decimals.
+    at = next(m for m in range(crossing + 2, minutes) if f"{mean30(m):.2f}" == f"{mean30(m - 1):.2f}")
+    growth_wait = mean30(at)
+    # A healthy pool: 1% of requests wait half a second for the prefill, a request in an engine queue now and then.
+    healthy = histogram(engine.QUEUE_TIME, engine_at, [({0.0: 891, 0.5: 9}, 120)])
+    healthy.append(gauge(engine.REQUESTS_WAITING, engine_at, [(0, 50), (2, 3), (0, 67)]))
 
+    # The gateway holds the queue (overload; or a gateway source such as llm-d that exposes only its
+    # queue and its requests): ~290 held by two strategies in a pool completing ~58 requests/s (the
+    # simulator's overload scenario); no queue-time histograms, only depth and completions.
+    def gateway_held(depth: int, done_per_minute: int, minutes: int = 45) -> list[Series]:
+        return [*(gauge(gateway.QUEUE_DEPTH, {**labels, "strategy": st}, [(depth / 2, minutes)]) for st in ("a", "b")),
+                counter(request.REQUESTS, request_labels(outcome="success"), [(done_per_minute, minutes)])]
+
+    held, done = 290, 58 * 60
     return Alert(
         name="LLMGatewayQueueHigh",
-        expr=f"{rec.GATEWAY_QUEUE_AVG30M} > {num(t)}",
+        expr=f"{rec.QUEUE_WAIT_30M} > {num(bar)}",
         # The 30-minute mean is the persistence filter already; a further 5m wait fired 9.5 min after
         # the SLO breach in sustained growth.
         for_="1m",
         severity=Severity.WARNING,
         signal=SIGNAL,
-        summary="Gateway queue has stayed deep for 30 minutes: scale out.",
-        description=(f"The gateway queue of {lab('model')} (pool {lab('pool')}) averaged {val(1)} waiting "
-                     f"requests over 30 minutes, above the scale-out threshold of {num(t)}."),
+        summary="Requests have waited in the queues (gateway and engines) for 30 minutes: scale out.",
+        description=(f"Requests to {lab('model')} (pool {lab('pool')}) waited {val(2)}s on average in the queues "
+                     f"(gateway and engines) over 30 minutes, over the scale-out bar of {num(bar)}s "
+                     f"({pct(share)} of the {num(target)}s p95 TTFT target)."),
         cases=[
-            Case("mean just over threshold", queue(1.02 * t), 45, [Expected(labels, 1.02 * t)]),
-            Case("mean just under threshold", queue(0.95 * t), 45),
+            Case("sustained growth: the engines' mean wait from 0.03 s, 0.14 s more every 130 minutes", growth, at,
+                 [Expected(labels, growth_wait)], quiet_at=[crossing - 1]),
+            Case("a healthy pool: 1% of requests wait 0.5 s", healthy, 119),
+            Case("the gateway holds ~290 requests, the pool completes ~58 requests/s",
+                 gateway_held(held, done), 44, [Expected(labels, held / (done / 60))]),
+            Case("a 20-deep gateway queue draining 20 requests/s: one second of waiting",
+                 gateway_held(20, 1200), 44, [Expected(labels, 1.0)]),
+            Case("a 1-deep gateway queue draining 20 requests/s", gateway_held(1, 1200), 44),
         ],
     )
 
@@ -119,56 +169,106 @@ def morning_ramp(minute: int) -> float:
 
 def demand_forecast(limits: Thresholds) -> Alert:
     per_instance = limits.requests_per_instance
+    prefill = limits.prefill_capacity_tokens_per_s
     horizon_s = round(limits.forecast_hours * 3600)
     share = limits.forecast_min_demand_share
     instances = 2
     capacity = instances * per_instance
-    serving = f"on (model) ({rec.SERVING_INSTANCES} * {per_instance})"
+    demand = rec.DEMAND_CAPACITY_RATIO
+    # Demand forecast, then divided by the capacity serving now: a forecast of the share itself would
+    # read instances ejected in the last hour as a trend.
+    forecast_share = larger(
+        f"predict_linear({rec.IN_FLIGHT_SUM}[1h], {horizon_s}) / on (model) ({rec.in_flight_capacity(limits)})",
+        f"predict_linear({rec.PREFILL_TOKENS_RATE}[1h], {horizon_s}) / on (model) ({rec.prefill_capacity(limits)})")
 
-    def fleet(in_flight, minutes: int):
+    def fleet(series: list[Series], minutes: int) -> list[Series]:
         states = []
         for i in range(instances):
             labels = instance_labels(f"i{i}")
             states += [gauge(gateway.INSTANCE_STATE, {**labels, "state": "healthy"}, [(1, minutes)]),
                        gauge(gateway.INSTANCE_STATE, {**labels, "state": "ejected"}, [(0, minutes)])]
-        return [in_flight, *states]
+        return [*series, *states]
 
-    # Sustained growth: from 40% of capacity, a quarter of capacity more every hour, crossing capacity
-    # (where TTFT breaks its SLO) at minute `crossing`; the alert must fire ahead of it.
+    # Requests in flight against the KV-bound concurrency: from 40% of capacity, a quarter of capacity
+    # more every hour, crossing capacity at minute `crossing`; the alert must fire ahead of it.
     start = round(0.4 * capacity)
     slope = 0.25 * capacity / 60
     crossing = math.ceil((capacity - start) / slope)
     over_share = math.floor((share * capacity - start) / slope) + 1  # first minute over the share
     at = over_share + 6  # pending from over_share on, firing 5 minutes later
-    forecast = start + slope * at + slope * horizon_s / 60
     rising = ramp(request.IN_FLIGHT, request_labels(), start, slope, crossing + 10)
     # The ordinary morning: the old rule's 1 h forecast crossed capacity for 38 minutes of it.
     day = 300
     morning = [round(morning_ramp(m) * capacity) for m in range(day)]
-    require(max(morning) < share * capacity < capacity < forecast and at < crossing,
+    require(max(morning) < share * capacity < capacity and at < crossing,
             f"growth must cross capacity {capacity} after passing {share:g} of it; the morning must stay under")
     flat = gauge(request.IN_FLIGHT, request_labels(), [(round(0.95 * capacity), 70)])
+
+    # Prefill-bound growth (the simulator's sustained-growth pool: chat prompts of ~1,200 tokens, a third
+    # of them from the prefix cache): prompt tokens to prefill per instance from 35% of the capacity
+    # model's prefill compute, 20% more of it every hour; p95 TTFT broke its target at about 0.66-0.69.
+    ceiling = limits.prefill_tokens_per_instance
+    require(0.35 < share * limits.prefill_capacity_share,
+            "the prefill growth starts at 35% of the prefill compute, under the forecast's share of capacity")
+    minutes = math.ceil((limits.prefill_capacity_share - 0.35) / 0.2 * 60) + 30  # past the crossing
+    computed = [round(60 * ceiling * (0.35 + 0.2 * m / 60)) for m in range(minutes)]  # tokens per minute
+    tokens = []
+    for i in range(instances):
+        tokens += [counter(engine.PROMPT_TOKENS, engine_labels(f"i{i}"), [(c * 3 // 2, 1) for c in computed]),
+                   counter(engine.PREFIX_CACHE_HITS, engine_labels(f"i{i}"), [(c // 2, 1) for c in computed])]
+    window = int(rec.PREFILL_WINDOW.removesuffix("m"))
+
+    def prefill_share(series: list[Series], minute: int) -> float:
+        prompt = [expand(s.values) for s in series if s.selector.startswith(engine.PROMPT_TOKENS.name)]
+        hits = [expand(s.values) for s in series if s.selector.startswith(engine.PREFIX_CACHE_HITS.name)]
+        todo = sum(v[minute] - v[minute - window] for v in prompt) - sum(v[minute] - v[minute - window] for v in hits)
+        return todo / (window * 60) / (instances * prefill)
+
+    def forecast(now: float, minute_before: float) -> float:
+        """predict_linear over a demand share that grows the same every minute (the recording is linear
+        in time: a rate over a window of linearly growing increments), read even a minute late."""
+        return now + (now - minute_before) * horizon_s / 60
+
+    prefill_over = next(m for m in range(window, minutes) if prefill_share(tokens, m) > share + 1e-9)
+    prefill_at = prefill_over + 6  # pending from prefill_over on (a minute later reading the recording late)
+    prefill_crossing = next(m for m in range(window, minutes) if prefill_share(tokens, m) > 1)
+    # The same morning in prompt tokens, from engines without a prefix cache (no hit counter).
+    token_day = 240  # the ramp flattens at minute 180
+    morning_tokens = [counter(engine.PROMPT_TOKENS, engine_labels(f"i{i}"),
+                              [(round(60 * prefill * morning_ramp(m)), 1) for m in range(token_day)])
+                      for i in range(instances)]
+    require(prefill_at < prefill_crossing, "the prefill growth must fire before it crosses capacity")
     return Alert(
         name="LLMDemandForecastOverCapacity",
-        expr=(f"predict_linear({rec.IN_FLIGHT_SUM}[1h], {horizon_s}) > {serving}\n"
-              f"and on (model) {rec.IN_FLIGHT_SUM} > {serving} * {num(share)}"),
+        expr=f"{forecast_share} > 1\nand on (model) {demand} > {num(share)}",
         # The share gate keeps a normal ramp quiet; a long wait on top only made the warning late.
         for_="5m",
         severity=Severity.WARNING,
         signal=SIGNAL,
         summary="Demand is over most of serving capacity and forecast to exceed it within the forecast horizon.",
-        description=(f"At the trend of the last hour, {lab('model')} will have {val(0)} requests in flight within "
-                     f"{num(limits.forecast_hours)}h, more than its serving instances hold ({per_instance} each at "
-                     f"{num(limits.target_tokens_per_s)} tok/s, from the capacity model); demand is already over "
-                     f"{pct(share)} of that capacity."),
+        description=(f"At the trend of the last hour, demand on {lab('model')} will be {PCT} of what its serving "
+                     f"instances serve in time within {num(limits.forecast_hours)}h, and it is over "
+                     f"{pct(share)} of that already. Capacity per "
+                     f"instance (capacity model): {num(round(prefill))} prompt tokens/s to prefill (prefix-cache "
+                     f"hits left out; {pct(limits.prefill_capacity_share)} of its prefill compute, where first "
+                     f"tokens are still in time) or {per_instance} requests in flight (KV at "
+                     f"{num(limits.target_tokens_per_s)} tok/s), whichever is nearer."),
         cases=[
-            Case(f"sustained growth (a quarter of capacity an hour): {crossing - at} minutes before it crosses "
-                 "capacity", fleet(rising, crossing + 10), at, [Expected({"model": MODEL}, forecast)],
+            Case(f"prefill-bound growth (20% of prefill compute an hour): {prefill_crossing - prefill_at} minutes "
+                 "before it crosses capacity", fleet(tokens, minutes), prefill_at,
+                 [Expected({"model": MODEL}, forecast(prefill_share(tokens, prefill_at),
+                                                      prefill_share(tokens, prefill_at - 1)))],
+                 quiet_at=[prefill_over - 1]),
+            Case("ordinary morning ramp of prompt tokens flattening at 0.86 of prefill capacity",
+                 fleet(morning_tokens, token_day), token_day - 1, quiet_at=range(60, token_day - 1, 5)),
+            Case(f"requests in flight growing a quarter of capacity an hour: {crossing - at} minutes before they "
+                 "cross capacity", fleet([rising], crossing + 10), at,
+                 [Expected({"model": MODEL}, (start + slope * (at + horizon_s / 60)) / capacity)],
                  quiet_at=[over_share - 1]),
-            Case("ordinary morning ramp flattening at 0.86 of capacity",
-                 fleet(gauge(request.IN_FLIGHT, request_labels(), [(v, 1) for v in morning]), day), day - 1,
+            Case("ordinary morning ramp of requests in flight flattening at 0.86 of capacity",
+                 fleet([gauge(request.IN_FLIGHT, request_labels(), [(v, 1) for v in morning])], day), day - 1,
                  quiet_at=range(60, day - 1, 5)),
-            Case("flat demand just under capacity", fleet(flat, 70), 69),
+            Case("flat demand just under capacity", fleet([flat], 70), 69),
         ],
     )
 

@@ -20,7 +20,7 @@ def custom_config_data(secret_dir) -> dict:
         "slo": {"ttft_seconds": 0.5, "ttft_objective": 0.995, "ttft_p95_seconds": 0.8},
         "thresholds": {
             "gateway_queue_depth": 20, "ttft_slo_share_rising": 0.75, "forecast_hours": 1,
-            "forecast_min_demand_share": 0.95,
+            "forecast_min_demand_share": 0.95, "queue_wait_slo_share": 0.15, "prefill_capacity_share": 0.75,
             "instance_p99_ttft_seconds": 2.5, "instance_p99_peer_factor": 3, "retry_ratio": 0.1,
             "ejection_share": 0.25, "flaps_per_15m": 3,
             "rejection_ratio": 0.02, "bandwidth_saturation": 0.85, "compute_low": 0.4, "kv_usage_near_full": 0.9,

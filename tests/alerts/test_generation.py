@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from infersight.alerts import recording as rec
 from infersight.alerts import templates
 from infersight.alerts.build import render_all
 from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
+from infersight.alerts.promql import num
 from infersight.alerts.promtests import test_file as make_test_file
 from infersight.alerts.recording import recording_rules
 from infersight.alerts.rules import all_alerts
@@ -97,15 +99,23 @@ def _file_of(alert: Alert) -> str:
 
 
 def test_thresholds_follow_config_and_capacity_model():
-    config = parse_config({"capacity": {"gpu": "H200", "target_tokens_per_s": 30},
-                           "thresholds": {"gateway_queue_depth": 80}, "cluster": "eu"})
+    config = parse_config({"capacity": {"gpu": "H200", "target_tokens_per_s": 30, "prefill_utilization": 0.5},
+                           "thresholds": {"queue_wait_slo_share": 0.2, "prefill_capacity_share": 0.8},
+                           "cluster": "eu"})
     cap = config.capacity
-    per_instance = plan(cap.model, cap.gpu_spec(), context_tokens=cap.context_tokens,
-                        target_tokens_per_s=30).max_concurrent_requests_at_target
-    alerts = {a.name: a for a in all_alerts(thresholds_from_config(config))}
+    figures = plan(cap.model, cap.gpu_spec(), context_tokens=cap.context_tokens, prefill_utilization=0.5,
+                   target_tokens_per_s=30)
+    per_instance = figures.max_concurrent_requests_at_target
+    limits = thresholds_from_config(config)
+    alerts = {a.name: a for a in all_alerts(limits)}
+    records = {r.record: r.expr for r in recording_rules(limits)}
     assert alerts["LLMInstanceOverloaded"].expr.endswith(f"> {2 * per_instance}")
-    assert f"* {per_instance})" in alerts["LLMDemandForecastOverCapacity"].expr
-    assert alerts["LLMGatewayQueueHigh"].expr.endswith("> 80")
+    assert records[rec.IN_FLIGHT_CAPACITY_RATIO].endswith(f"* {per_instance})")
+    # the prefill the forecast counts as capacity: 80% of the capacity model's prefill at 50% MFU
+    assert records[rec.PREFILL_CAPACITY_RATIO].endswith(f"* {num(0.8 * figures.prefill_tokens_per_s)})")
+    assert rec.DEMAND_CAPACITY_RATIO in alerts["LLMDemandForecastOverCapacity"].expr
+    # the queue bar is in seconds: 20% of the 1 s p95 target
+    assert alerts["LLMGatewayQueueHigh"].expr.endswith("> 0.2")
     assert alerts["LLMRetryStorm"].static_labels("eu")["cluster"] == "eu"
     page = next(a for a in all_alerts(thresholds_from_config(config)) if a.severity is Severity.CRITICAL
                 and a.name == "LLMTTFTErrorBudgetBurn")

@@ -206,13 +206,15 @@ def test_thresholds_follow_the_config():
     data = {"slo": {"ttft_seconds": 0.5, "tpot_p95_seconds": 0.05, "ttft_p95_seconds": 0.8},
             "thresholds": {"ttft_slo_share_rising": 0.75, "instance_p99_ttft_seconds": 2.5,
                            "gateway_queue_depth": 20, "gpu_temperature_celsius": 80, "kv_usage_near_full": 0.9,
-                           "retry_ratio": 0.1, "bandwidth_saturation": 0.85, "spans_rejected_ratio": 0.05}}
+                           "retry_ratio": 0.1, "bandwidth_saturation": 0.85, "spans_rejected_ratio": 0.05,
+                           "queue_wait_slo_share": 0.25}}
     custom = {b["uid"]: b for b in all_dashboards(parse_config(data))}
     default = {b["uid"]: b for b in all_dashboards(parse_config({}))}
     expected = {
         ("infersight-fleet", "TTFT p50 / p95 / p99 vs SLO"): (1.0, 0.5),
         ("infersight-fleet", "TPOT p50 / p95 / p99"): (0.1, 0.05),
-        ("infersight-capacity", "Gateway queue depth and its 30-minute mean"): (50, 20),
+        # the queue bar in seconds: its share of the p95 TTFT target (0.1 x 1 s, 0.25 x 0.8 s)
+        ("infersight-capacity", "Queue wait (gateway and engines), 30-minute mean"): (0.1, 0.2),
         ("infersight-fleet", "Retries per request"): (0.2, 0.1),
         ("infersight-capacity", "TTFT p95 vs the scale-out bar"): (1.0, 0.8),
         ("infersight-breaker", "Instance TTFT p99 (inside the engine) vs its peers"): (5.0, 2.5),
