@@ -123,11 +123,15 @@ def retries_per_request() -> str:
 
 
 def queue_wait_measured() -> str:
-    """Requests' mean wait at the gateway plus in the engines over 30 minutes, as their queue-time
-    histograms measure it (either alone where only one is there)."""
+    """Seconds each request of a model's pool waited over 30 minutes, as the queue-time histograms
+    measure it: the gateway's waiting per request it finished (it may observe only the requests it
+    queued) plus the engines' mean queue time; either alone where only one is there. ">= 0" drops a
+    side that saw no request (NaN), so it cannot hide the other."""
     by = ("model", "pool")
-    return added(ratio(f"rate({request.QUEUE_TIME.sum()}[30m])", f"rate({request.QUEUE_TIME.count()}[30m])", by),
-                 ratio(f"rate({engine.QUEUE_TIME.sum()}[30m])", f"rate({engine.QUEUE_TIME.count()}[30m])", by))
+    gateway_wait = f"{ratio(f'rate({request.QUEUE_TIME.sum()}[30m])', request.REQUESTS.rate('30m'), by)} >= 0"
+    engine_wait = (f"{ratio(f'rate({engine.QUEUE_TIME.sum()}[30m])', f'rate({engine.QUEUE_TIME.count()}[30m])', by)}"
+                   " >= 0")
+    return added(gateway_wait, engine_wait)
 
 
 def queue_drain() -> str:
