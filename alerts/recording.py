@@ -9,6 +9,7 @@ from infersight.alerts.model import Recording
 from infersight.alerts.promql import added, events, larger, num, ratio, younger_than
 from infersight.alerts.series import le
 from infersight.signals import Signal, engine, gateway, gpu, request
+from infersight.signals.engine import EngineRole
 from infersight.thresholds import BURN_WINDOWS, Thresholds
 
 QUANTILES = (0.5, 0.95, 0.99)
@@ -74,6 +75,7 @@ SERVING_INSTANCES = name("model", "llm_instances_serving", "count")
 # prefix cache's hits left out) against the prefill compute the pool can use with first tokens in time.
 IN_FLIGHT_CAPACITY_RATIO = name("model", request.IN_FLIGHT.name, "capacity_ratio")
 PREFILL_TOKENS_RATE = name("model", "llm_prefill_tokens", "rate15m")
+PREFILL_INSTANCES = name("model", "llm_instances_prefilling", "count")
 PREFILL_CAPACITY_RATIO = name("model", "llm_prefill_tokens", "capacity_ratio_rate15m")
 DEMAND_CAPACITY_RATIO = name("model", "llm_demand", "capacity_ratio")
 PREFILL_WINDOW = "15m"  # prompt tokens come in bursts of a few thousand: 5 minutes are too noisy to forecast
@@ -144,10 +146,21 @@ def queue_drain() -> str:
 
 def prefill_tokens_rate() -> str:
     """Prompt tokens/s a model's engines prefill, the prefix cache's hits left out (engines without a
-    prefix cache: all prompt tokens)."""
-    prompt = f"sum by (model) ({engine.PROMPT_TOKENS.rate(PREFILL_WINDOW)})"
-    hits = f"sum by (model) ({engine.PREFIX_CACHE_HITS.rate(PREFILL_WINDOW)})"
+    prefix cache: all prompt tokens). A disaggregated decode instance counts the prompts whose KV
+    cache it received over the link (vLLM counts them in its prompt tokens): not prefill work, left out."""
+    prefilling = f"!={EngineRole.DECODE}"
+    prompt = f"sum by (model) ({engine.PROMPT_TOKENS.rate(PREFILL_WINDOW, role=prefilling)})"
+    hits = f"sum by (model) ({engine.PREFIX_CACHE_HITS.rate(PREFILL_WINDOW, role=prefilling)})"
     return f"({prompt} - {hits}\nor {prompt})"
+
+
+def prefill_instances() -> str:
+    """A model's instances that prefill (every one but a disaggregated decode instance) and that the
+    gateway has not ejected: the prefill side of a disaggregated pool is not in the gateway's rotation."""
+    prefilling = engine.PROMPT_TOKENS.select(role=f"!={EngineRole.DECODE}")
+    ejected = gateway.INSTANCE_STATE.select(state="ejected")
+    return (f"count by (model) (group by (model, instance) ({prefilling})\n"
+            f"  unless on (model, instance) ({ejected} == 1))")
 
 
 def in_flight_capacity(limits: Thresholds) -> str:
@@ -157,7 +170,7 @@ def in_flight_capacity(limits: Thresholds) -> str:
 
 def prefill_capacity(limits: Thresholds) -> str:
     """Prompt tokens/s a model's serving instances prefill with first tokens still in time."""
-    return f"{SERVING_INSTANCES} * {num(limits.prefill_capacity_tokens_per_s)}"
+    return f"{PREFILL_INSTANCES} * {num(limits.prefill_capacity_tokens_per_s)}"
 
 
 def _engine_ttft_roles() -> str:
@@ -249,6 +262,7 @@ def recording_rules(limits: Thresholds) -> list[Recording]:
         Recording(SERVING_INSTANCES, f"count by (model) ({state.select(state='!=ejected')} == 1)"),
         Recording(IN_FLIGHT_CAPACITY_RATIO, f"{IN_FLIGHT_SUM} / on (model) ({in_flight_capacity(limits)})"),
         Recording(PREFILL_TOKENS_RATE, prefill_tokens_rate()),
+        Recording(PREFILL_INSTANCES, prefill_instances()),
         Recording(PREFILL_CAPACITY_RATIO, f"{PREFILL_TOKENS_RATE} / on (model) ({prefill_capacity(limits)})"),
         Recording(DEMAND_CAPACITY_RATIO, larger(IN_FLIGHT_CAPACITY_RATIO, PREFILL_CAPACITY_RATIO)),
         Recording(RETRIES_PER_REQUEST, retries_per_request()),
