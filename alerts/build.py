@@ -9,13 +9,14 @@ from infersight.alerts.alertmanager import alertmanager_config
 from infersight.alerts.promtests import test_file
 from infersight.alerts.recording import recording_rules
 from infersight.alerts.recording_tests import recording_test_file
-from infersight.alerts.rulefiles import alert_file, recording_file
+from infersight.alerts.rulefiles import alert_file, recording_file, recordings_read_by
 from infersight.alerts.rules import alerts_by_file
 from infersight.alerts.yamlout import dump
 from infersight.config import Config
 from infersight.thresholds import thresholds_from_config
 
 RECORDING_FILE = "recording.yml"
+TEST_RULES = "rules"  # under tests/: the recording rules each test file loads
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,15 @@ def render_all(config: Config) -> dict[str, str]:
     limits = thresholds_from_config(config)
     by_file = alerts_by_file(limits)
     files = render_rules(config)
-    rule_refs = [f"../{path}" for path in files]
+    recordings = recording_rules(limits)
     for group, alerts in by_file.items():
-        files[f"tests/{group}_test.yml"] = dump(test_file(limits, alerts, rule_refs))
+        # each test file loads its group's rules and only the recording rules those read (same values)
+        read = recordings_read_by(recordings, [a.expr for a in alerts])
+        rule_files = [f"../rules/{group}.yml"]
+        if read:
+            rule_files.insert(0, f"{TEST_RULES}/recording_for_{group}.yml")
+            files[f"tests/{rule_files[0]}"] = dump(recording_file(read))
+        files[f"tests/{group}_test.yml"] = dump(test_file(limits, alerts, rule_files))
     files["tests/recording_test.yml"] = dump(recording_test_file(limits, f"../rules/{RECORDING_FILE}"))
     all_alerts = [a for alerts in by_file.values() for a in alerts]
     files["alertmanager.yml"] = dump(alertmanager_config(config, all_alerts))
@@ -63,7 +70,7 @@ def build(config: Config, out: str | Path) -> Built:
     return Built(
         out=out,
         rule_files=sorted(out / p for p in files if p.startswith("rules/")),
-        test_files=sorted(out / p for p in files if p.startswith("tests/")),
+        test_files=sorted(out / p for p in files if p.startswith("tests/") and p.endswith("_test.yml")),
         alertmanager=out / "alertmanager.yml",
         alert_count=sum(len(a) for a in alerts_by_file(limits).values()),
         recording_count=len(recording_rules(limits)),

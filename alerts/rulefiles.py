@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from infersight.alerts.model import Alert, Recording
 from infersight.thresholds import Thresholds
 
@@ -26,6 +28,25 @@ def alert_rule(limits: Thresholds, alert: Alert) -> dict:
 def recording_file(recordings: list[Recording]) -> dict:
     rules = [{"record": r.record, "expr": r.expr} for r in recordings]
     return {"groups": [{"name": "infersight.recording", "rules": rules}]}
+
+
+def recordings_read_by(recordings: list[Recording], exprs: list[str]) -> list[Recording]:
+    """The recording rules ``exprs`` read, directly or through other recording rules, in their order.
+
+    A promtool test file loads only these with its alerts: promtool evaluates every loaded rule at every
+    step, and the whole recording group (over a fleet's histograms) was most of a test's CPU. The values
+    are the same, as each rule reads only rules that come before it in the group.
+    """
+    names = {r.record for r in recordings}
+    token = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+    wanted: set[str] = set()
+    todo = list(exprs)
+    by_name = {r.record: r for r in recordings}
+    while todo:
+        for name in set(token.findall(todo.pop())) & names - wanted:
+            wanted.add(name)
+            todo.append(by_name[name].expr)
+    return [r for r in recordings if r.record in wanted]
 
 
 def alert_file(limits: Thresholds, group: str, alerts: list[Alert]) -> dict:

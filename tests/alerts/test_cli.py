@@ -7,6 +7,7 @@ import json
 import pytest
 import yaml
 
+from infersight.alerts.rules import MODULES
 from infersight.cli import main
 from tests.conftest import require_tool
 
@@ -28,10 +29,13 @@ def test_build_writes_rules_alertmanager_and_tests(tmp_path, capsys):
 def test_build_check_runs_promtool_and_amtool(tmp_path, capsys):
     require_tool("promtool")
     require_tool("amtool")
+    # The default config's promtool unit tests: every alert fires with exact labels and annotations,
+    # and stays silent near its threshold (the second config's run is in test_promtool.py).
     assert main(["alerts", "build", "--out", str(tmp_path), "--check"]) == 0
     stdout = capsys.readouterr().out
     for step in ("promtool check rules: ok", "promtool test rules: ok", "amtool check-config: ok"):
         assert step in stdout
+    assert len(list((tmp_path / "tests").glob("*_test.yml"))) == len(MODULES) + 1  # each rule file's, and recording's
 
 
 def test_check_without_the_tools_says_how_to_install(tmp_path, capsys, monkeypatch):

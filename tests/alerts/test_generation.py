@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infersight.alerts import recording as rec
 from infersight.alerts import templates
@@ -14,7 +15,7 @@ from infersight.alerts.model import Alert, Case, Expected, Severity, SignalClass
 from infersight.alerts.promql import num
 from infersight.alerts.promtests import test_file as make_test_file
 from infersight.alerts.recording import recording_rules
-from infersight.alerts.rules import all_alerts
+from infersight.alerts.rules import alerts_by_file, all_alerts
 from infersight.alerts.series import histogram, le, observations_near, quantile
 from infersight.capacity import plan
 from infersight.config import ConfigError, parse_config
@@ -80,6 +81,7 @@ def test_alerts_carry_mixin_labels_and_annotations(limits):
 
 def test_every_alert_has_a_runbook(limits):
     files = render_all(parse_config({}))
+    file_of = {alert.name: name for name, group in alerts_by_file(limits).items() for alert in group}
     for alert in all_alerts(limits):
         runbook = RUNBOOKS / f"{alert.name}.md"
         assert runbook.is_file(), f"write {runbook.name}"
@@ -87,15 +89,8 @@ def test_every_alert_has_a_runbook(limits):
         for section in ("## What it means", "## How to confirm", "## What to do"):
             assert section in text, f"{runbook.name}: missing {section}"
         url = f"{limits.runbook_base_url}/{alert.name}.md"
-        assert url in files[f"rules/{_file_of(alert)}.yml"]
+        assert url in files[f"rules/{file_of[alert.name]}.yml"]
     assert {p.stem for p in RUNBOOKS.glob("*.md")} == {a.name for a in all_alerts(limits)}, "stale runbooks"
-
-
-def _file_of(alert: Alert) -> str:
-    from infersight.alerts.rules import MODULES
-
-    return next(name for name, module in MODULES.items() if alert.name in {a.name for a in module.alerts(
-        thresholds_from_config(parse_config({})))})
 
 
 def test_thresholds_follow_config_and_capacity_model():
@@ -209,3 +204,20 @@ def test_exporter_jobs_must_be_a_plain_regex(value, words):
     with pytest.raises(ConfigError, match="thresholds.exporter_jobs") as err:
         parse_config({"thresholds": {"exporter_jobs": value}})
     assert words in str(err.value)
+
+
+def test_a_test_file_loads_the_recording_rules_its_alerts_read_and_no_others():
+    from infersight.alerts.model import Recording
+    from infersight.alerts.rulefiles import recordings_read_by
+
+    chain = [Recording("a:x:rate5m", "rate(x[5m])"), Recording("b:y:rate5m", "rate(y[5m])"),
+             Recording("a:x:ratio", "a:x:rate5m / 2"), Recording("c:z:max", "max(z)")]
+    # read through another recording rule, in the group's order; an unread one is left out
+    assert recordings_read_by(chain, ["a:x:ratio > 1"]) == [chain[0], chain[2]]
+    assert recordings_read_by(chain, ['up{job="c:z:max_not"}']) == []
+    files = render_all(parse_config({}))
+    for name, text in files.items():
+        if name.endswith("_test.yml") and name != "tests/recording_test.yml":
+            loaded = yaml.safe_load(text)["rule_files"]
+            assert loaded[-1] == f"../rules/{name.removeprefix('tests/').removesuffix('_test.yml')}.yml", loaded
+            assert all(f"tests/{f}" in files for f in loaded[:-1]), loaded

@@ -19,6 +19,7 @@ from tests.engines.vllm_server import CLIENT_TIMEOUT_S
 
 SHARED_PREFIX = "You are a careful assistant who answers briefly and precisely. " * 8  # > 3 blocks of 32
 LOAD_TOKENS = 96  # per request of the load test: four run while four wait, long enough to be seen
+LOAD_ROUNDS = 4  # rounds of that load at most, until a scrape has seen the queue
 
 
 def collect(collector: EngineCollector) -> dict[str, list]:
@@ -120,6 +121,9 @@ def test_running_waiting_and_kv_usage_under_load(vllm, collector, client):
     """Eight long requests on an engine that runs four at a time: a queue forms and the KV cache fills."""
     seen = {"running": 0.0, "waiting": 0.0, "kv": 0.0}
 
+    def queue_seen() -> bool:
+        return seen["running"] == 4 and seen["waiting"] >= 1
+
     async def load():
         api = client()
         tasks = [asyncio.create_task(chat(api, SHARED_PREFIX + f"load {i} " * 20, LOAD_TOKENS)) for i in range(8)]
@@ -131,8 +135,13 @@ def test_running_waiting_and_kv_usage_under_load(vllm, collector, client):
             await asyncio.sleep(0.05)
         return [t.result() for t in tasks]
 
-    results = asyncio.run(load())
-    assert all(r.usage.completion_tokens == LOAD_TOKENS for r in results)
+    # On a busy machine one scrape can outlast a whole round of the load (seen here: every scrape read
+    # 0 running); the queue is there all the same, so another round gets another look at it.
+    for _ in range(LOAD_ROUNDS):
+        results = asyncio.run(load())
+        assert all(r.usage.completion_tokens == LOAD_TOKENS for r in results)
+        if queue_seen():
+            break
     assert seen["running"] == 4  # --max-num-seqs 4
     assert seen["waiting"] >= 1
     assert 0 < seen["kv"] <= 1
