@@ -8,10 +8,12 @@ Alertmanager's waits likewise. Evaluated every second on one scrape a second, ea
 what it sees in the alert-quality test, where promtool steps one simulated minute at a time.
 
 Thresholds stay as they are: the fleet's values are its own (seconds of TTFT, ratios, counts,
-gauges). That holds because no rule compares an absolute per-second rate with a number other than
-0 (per real second, a simulated rate reads ``speed`` times higher); :func:`scale_expr` refuses the
-time-valued functions it cannot scale, so a new rule of that kind fails loudly instead of firing
-wrong in the demo.
+gauges). Per-second rates are the exception: per real second, a simulated rate reads ``speed``
+times higher, so every ``rate()`` and ``deriv()`` is divided by ``speed`` and reads per simulated
+second again (prompt tokens to prefill against the capacity model's tokens/s, requests queued over
+the pool's completions per second); a ratio of two rates is the same either way. :func:`scale_expr`
+refuses the time-valued functions it cannot scale, so a new rule of that kind fails loudly instead
+of firing wrong in the demo.
 """
 
 from __future__ import annotations
@@ -93,8 +95,30 @@ def _scale_predict_linear(expr: str, speed: float) -> str:
     return "".join(out)
 
 
+_PER_SECOND = re.compile(r"\b(rate|deriv)\(")
+
+
+def _per_simulated_second(expr: str, speed: float) -> str:
+    """Every ``rate(...)`` and ``deriv(...)`` divided by ``speed``: per simulated second, not per real one."""
+    out, i = [], 0
+    while (m := _PER_SECOND.search(expr, i)) is not None:
+        j, depth = m.end(), 1
+        while depth:
+            if j >= len(expr):
+                raise TimescaleError(f"unbalanced parentheses after {m.group(1)} in {expr!r}")
+            depth += expr[j] in "([{"
+            depth -= expr[j] in ")]}"
+            j += 1
+        inner = _per_simulated_second(expr[m.end():j - 1], speed)
+        out.append(f"{expr[i:m.start()]}({m.group(1)}({inner}) / {speed:g})")
+        i = j
+    out.append(expr[i:])
+    return "".join(out)
+
+
 def scale_expr(expr: str, speed: float) -> str:
-    """``expr`` with its durations (ranges, subqueries, offsets, horizons, ages) divided by ``speed``."""
+    """``expr`` with its durations (ranges, subqueries, offsets, horizons, ages) divided by ``speed``, and
+    its per-second rates read per simulated second."""
     bad = _UNSCALABLE.search(expr)
     if bad:
         raise TimescaleError(f"{bad.group(0).strip()!r} reads the clock in a way a compressed clock cannot carry: "
@@ -112,7 +136,7 @@ def scale_expr(expr: str, speed: float) -> str:
     expr = _RANGE.sub(rng, expr)
     expr = _OFFSET.sub(lambda m: f"offset {m.group(1)}{scale_duration(m.group(2), speed)}", expr)
     expr = _AGE.sub(lambda m: m.group(1) + _scale_seconds(m.group(2), speed) + m.group(3), expr)
-    return _scale_predict_linear(expr, speed)
+    return _per_simulated_second(_scale_predict_linear(expr, speed), speed)
 
 
 def scale_rule_file(document: dict[str, Any], speed: float) -> dict[str, Any]:
