@@ -1,13 +1,16 @@
 """Token times of simulated requests, read back from their engine's decode steps.
 
 An engine (:mod:`.engine`) advances every decoding request together: a shared stream position
-``S`` grows by one per decode step, spread evenly over each tick, and a request that joined the
-batch at ``s_start`` has its i-th token after the first when ``S`` reaches ``s_start + i``.
-Sampling each engine's ``S`` at every tick end therefore gives each token's time as the
-simulation produced it: tokens come faster while the batch is small, slower as it grows or while
-prefill takes the GPU, and a tick that made less than one step is a stall every request in the
-batch felt. The samples also keep what the engine was doing (batch, prefill, queue, KV), so a
-stall in a trace can be set beside the simulated instance at that moment.
+``S`` grows by one per decode step, and a request that joined the batch at ``s_start`` has its
+i-th token after the first when ``S`` reaches ``s_start + i``. The engine logs, for every tick,
+where ``S`` stood at each change of pace (``SimEngine.step_log``): plain decode steps, then the
+long steps that carried a prompt's prefill chunk (which prompt, how long a step). Those points
+give each token's time as the simulation produced it: tokens come faster while the batch is
+small, slower as it grows, and a prompt's prefill is a gap of one chunk step between tokens of
+every request in the batch. A preempted request's tokens continue, after its pause, from its new
+stream start (``resumes``). The samples also keep what the engine was doing (batch, prefill,
+queue, KV, the prompt in prefill), so a stall in a trace can be set beside the simulated instance
+and the neighbour that caused it.
 
 Only the real-time demo feeds it (every tick, from the fleet's thread); virtual time does not pay for it.
 """
@@ -15,7 +18,7 @@ Only the real-time demo feeds it (every tick, from the fleet's thread); virtual 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from infersight.simulator.engine import SimEngine
@@ -33,6 +36,7 @@ class EngineMoment:
     prefilling: int
     waiting: int
     kv_usage: float
+    prefill: tuple[int, int] | None = None  # (simulated request id, prompt tokens) whose prefill chunks ran then
 
     @property
     def step_s(self) -> float | None:
@@ -47,7 +51,8 @@ class _Life:
     started_at: float
     t: list[float]
     s: list[float]
-    state: list[tuple[int, int, int, float]] = field(default_factory=list)  # per sample after the first
+    # per sample after the first: decoding, prefilling, waiting, KV usage, the prefill then (id, tokens) or None
+    state: list[tuple[int, int, int, float, tuple[int, int] | None]] = field(default_factory=list)
 
 
 class DecodeLog:
@@ -68,14 +73,19 @@ class DecodeLog:
                 continue
             lives = self._lives.setdefault(e.instance, [])
             life = lives[-1] if lives else None
-            if life is None or life.started_at != e.started_at or e.S < life.s[-1]:
+            if e.step_log is None:
+                e.step_log = []  # from now on the engine logs its steps within each tick
+            points, e.step_log = e.step_log or [(t, e.S, None)], []
+            if life is None or life.started_at != e.started_at or points[0][1] < life.s[-1]:
                 # A new process: it started at the tick's start with an empty stream.
                 life = _Life(e.started_at, [min(previous, t)], [0.0])
                 lives.append(life)
-            if t > life.t[-1]:
-                life.t.append(t)
-                life.s.append(e.S)
-                life.state.append((len(e.decoding), len(e.prefilling), len(e.waiting), e.kv_usage()))
+            state = (len(e.decoding), len(e.prefilling), len(e.waiting), e.kv_usage())
+            for at, position, prefill in points:
+                if at > life.t[-1]:
+                    life.t.append(at)
+                    life.s.append(position)
+                    life.state.append((*state, prefill[:2] if prefill else None))
         self._last_t = t
 
     def _life(self, instance: str, t0: float, t1: float) -> _Life | None:
@@ -85,9 +95,12 @@ class DecodeLog:
         return None
 
     def token_times(self, instance: str, first_token: float, s_start: float, count: int,
-                    end: float) -> list[float] | None:
+                    end: float, resumes: Sequence[tuple[int, float]] = ()) -> list[float] | None:
         """Times (simulated seconds, engine side) of a request's ``count`` tokens; None when the log
-        does not cover them (the request ran before the log started, or on a life it no longer has)."""
+        does not cover them (the request ran before the log started, or on a life it no longer has).
+
+        ``resumes``: (token index, stream start from that token on), as ``SimRequest.resumes`` keeps
+        them for a request that was preempted: its tokens before the pause, then those after it."""
         life = self._life(instance, first_token, end)
         if life is None or count < 1:
             return None
@@ -95,7 +108,11 @@ class DecodeLog:
         out = [first_token]
         j = bisect.bisect_right(ss, s_start)
         n = len(ss)
+        switches = sorted((index, start) for index, start in resumes if start == start)  # NaN: never resumed
         for i in range(1, count):
+            while switches and i >= switches[0][0]:
+                s_start = switches.pop(0)[1]
+                j = max(1, bisect.bisect_left(ss, s_start + i))
             p = s_start + i
             while j < n and ss[j] < p:
                 j += 1
@@ -111,7 +128,7 @@ class DecodeLog:
         for life in reversed(self._lives.get(instance, ())):
             if life.t[0] <= t <= life.t[-1]:
                 j = max(1, bisect.bisect_left(life.t, t))
-                decoding, prefilling, waiting, kv = life.state[j - 1]
+                decoding, prefilling, waiting, kv, prefill = life.state[j - 1]
                 return EngineMoment(instance, life.t[j - 1], life.t[j], life.s[j] - life.s[j - 1], decoding,
-                                    prefilling, waiting, kv)
+                                    prefilling, waiting, kv, prefill)
         return None

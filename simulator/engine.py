@@ -3,9 +3,15 @@
 Per tick: waiting requests are admitted while the KV cache has room (prefix-cache hits skip
 their cached tokens); prefill runs one request after another at the compute-bound rate; every
 running request advances by one token per decode step, and a step takes longer as the batch's KV
-grows. When the KV cache overflows, the most recently admitted request is preempted (vLLM's
-recompute mode) and goes back to the front of the queue. Counters and histograms are kept under
-vLLM's names (see :mod:`.vllm_format`), reset when the process restarts, as a real engine's are.
+grows. Prefill is chunked as vLLM chunks it: a step holds at most ``max_batched_tokens`` (one per
+decode, the rest for a prompt), so while a prompt is in prefill each step carries one chunk of it
+and lasts as long as that chunk's compute: the running requests get one token per chunk, a long
+prompt's prefill is a stall every decoding request on the instance feels. When the KV cache
+overflows, the most recently admitted request is preempted (vLLM's recompute mode: its KV freed,
+``num_computed_tokens = 0``, back to the front of the queue); it keeps the tokens it has made and,
+when scheduled again, recomputes its prompt and those tokens before it carries on: a pause in its
+stream, not a restart. Counters and histograms are kept under vLLM's names (see
+:mod:`.vllm_format`), reset when the process restarts, as a real engine's are.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ KV_WATERMARK = 0.98  # admit only while the KV cache stays under this share (vLL
 MAX_NUM_SEQS = 256  # vLLM's default batch limit
 BLOCK_SIZE = 16
 FINISH_REASONS = ("stop", "length", "abort", "error")
-PREFILL_DECODE_INTERFERENCE = 0.5  # share of prefill time decode steps lose to it (chunked prefill)
 
 
 # The engine's histograms and their default bounds (vLLM's); an engine format with buckets of its own
@@ -80,6 +85,9 @@ class SimEngine:
         self.started_at = 0.0
         self.compute_share = 0.0
         self.bandwidth_share = 0.0
+        # The real-time demo's decode log sets a list here: each tick then appends its steps as
+        # (time, stream position, (request id, prefill tokens, step seconds) or None), see decode_log.py.
+        self.step_log: list[tuple[float, float, tuple[int, int, float] | None]] | None = None
         self._reset_state()
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -97,6 +105,8 @@ class SimEngine:
         self.cache: OrderedDict[str, int] = OrderedDict()
         self.cache_tokens = 0
         self.prefill_free_at = 0.0
+        # Prefills scheduled, in time order: (start, end, seconds per chunk step, request id, tokens)
+        self.chunks: list[tuple[float, float, float, int, int]] = []
 
     def start(self, now: float, cold: bool = True) -> None:
         self._reset_state()
@@ -196,22 +206,31 @@ class SimEngine:
         cursor = max(self.prefill_free_at, t0)
         prefill_busy = 0.0
         prefill_tokens = 0
+        budget = max(1, phys.max_batched_tokens - len(self.decoding))  # what a step leaves a prefill
         while self.waiting and self.running < MAX_NUM_SEQS and cursor < t1:
             req = self.waiting[0]
-            if self.kv_used() + req.draw.prompt_tokens > capacity and self.running:
+            resumed = req.resumes is not None and req.first_token is not None
+            made = math.ceil(req.generated) if resumed else 0  # a preempted request recomputes its tokens too
+            if self.kv_used() + req.draw.prompt_tokens + made > capacity and self.running:
                 break
             self.waiting.popleft()
             self.waiting_tokens -= req.draw.prompt_tokens
             start = max(cursor, req.engine_arrival, req.ready_at)
-            req.cached = self._lookup_cache(req)
-            todo = req.draw.prompt_tokens - req.cached
+            if resumed:  # the prefix cache may still hold its prompt's prefix (not counted again as a query)
+                todo = req.draw.prompt_tokens + made - (req.cached if req.draw.prefix in self.cache else 0)
+            else:
+                req.cached = self._lookup_cache(req)
+                todo = req.draw.prompt_tokens - req.cached
             duration = todo / rate
             cursor = start + duration
+            self.chunks.append((start, cursor, duration / math.ceil(max(1, todo) / budget), req.id, todo))
             prefill_busy += min(cursor, t1) - max(start, t0)
             prefill_tokens += todo
-            stats.prompt_tokens += req.draw.prompt_tokens
-            req.admitted = start
-            req.first_token = cursor
+            if not resumed:
+                stats.prompt_tokens += req.draw.prompt_tokens
+                req.admitted = start
+                req.first_token = cursor
+            req.prefill_done = cursor
             self.kv_prompt += req.draw.prompt_tokens
             self.prefilling.append(req)
             self.order.append(req)
@@ -221,17 +240,21 @@ class SimEngine:
         still: list[SimRequest] = []
         prefilled: list[SimRequest] = []
         for req in self.prefilling:
-            if req.first_token <= t1 and self.prefill_only:
+            if req.prefill_done <= t1 and self.prefill_only:
                 prefilled.append(req)
-            elif req.first_token <= t1:
-                req.s_start = self.S
-                req.s_end = self.S + max(0, req.draw.output_tokens - 1)
+            elif req.prefill_done <= t1:
+                if req.resumes:  # back from a preemption: it carries on from the tokens it had made
+                    req.s_start = self.S - req.generated
+                    req.resumes[-1] = (req.resumes[-1][0], req.s_start)
+                else:
+                    req.s_start = self.S
+                    stats.ttft.observe(req.first_token - req.engine_arrival)
+                    stats.queue.observe(req.admitted - req.engine_arrival)
+                    stats.prefill.observe(req.first_token - req.admitted)
+                req.s_end = req.s_start + max(0, req.draw.output_tokens - 1)
                 self.decoding[req.id] = req
                 self.kv_s0 += req.s_start
                 heapq.heappush(self.heap, (req.s_end, req.id, req))
-                stats.ttft.observe(req.first_token - req.engine_arrival)
-                stats.queue.observe(req.admitted - req.engine_arrival)
-                stats.prefill.observe(req.first_token - req.admitted)
             else:
                 still.append(req)
         self.prefilling = still
@@ -251,15 +274,13 @@ class SimEngine:
         step = self.step_s(t0)
         steps = 0.0
         if n:
-            available = max(0.0, dt - PREFILL_DECODE_INTERFERENCE * prefill_busy)
-            steps = available / step
             s0 = self.S
-            self.S += steps
+            steps = self._decode_steps(t0, t1, step, n)
             stats.generation_tokens += n * steps
-            stats.itl.observe(step, int(round(n * steps)))
-            self._preempt_overflow()
             finished = self._pop_finished(t0, dt, s0, step)
+            self._preempt_overflow()  # after the finished ones freed their KV: they need no room
         else:
+            self.chunks = [c for c in self.chunks if c[1] > t1]
             finished = []
         gpu_step = step - STEP_OVERHEAD_S
         self.bandwidth_share = min(1.0, BANDWIDTH_EFFICIENCY * steps * gpu_step / dt + 0.3 * prefill_busy / dt)
@@ -267,22 +288,63 @@ class SimEngine:
         self.compute_share = min(1.0, flops / (phys.gpu.flops * dt))
         return finished + prefilled if prefilled else finished
 
+    def _decode_steps(self, t0: float, t1: float, step: float, n: int) -> float:
+        """Advance the stream from ``t0`` to ``t1``; returns the decode steps made.
+
+        A step every ``step`` seconds, except while a prefill is scheduled: then each step also
+        carries one chunk of the prompt and lasts as long as the chunk's compute (never less than a
+        plain step), so the ``n`` decoding requests get one token per chunk. Each step is counted in
+        the inter-token histogram with its own length, as vLLM counts it.
+        """
+        log, itl = self.step_log, self.stats.itl
+        s0, steps, plain, cursor = self.S, 0.0, 0.0, t0
+        keep = []
+        for chunk in self.chunks:
+            start, end, chunk_s, rid, tokens = chunk
+            if end > t1:
+                keep.append(chunk)
+            a, b = max(start, cursor), min(end, t1)
+            if b <= a:
+                continue
+            if a > cursor:
+                plain += (a - cursor) / step
+                steps += (a - cursor) / step
+                if log is not None:
+                    log.append((a, s0 + steps, None))
+            per = max(chunk_s, step)
+            k = (b - a) / per
+            steps += k
+            itl.observe(per, int(round(n * k)))
+            if log is not None:
+                log.append((b, s0 + steps, (rid, tokens, per)))
+            cursor = b
+        if cursor < t1:
+            plain += (t1 - cursor) / step
+            steps += (t1 - cursor) / step
+            if log is not None:
+                log.append((t1, s0 + steps, None))
+        itl.observe(step, int(round(n * plain)))
+        self.chunks = keep
+        self.S = s0 + steps
+        return steps
+
     def _preempt_overflow(self) -> None:
         capacity = self.physics.kv_capacity_tokens
         while self.kv_used() > capacity and len(self.decoding) > 1:
             victim = self.order.pop()
             if victim.id not in self.decoding:
                 continue
+            made = min(self.S - victim.s_start, max(0, victim.draw.output_tokens - 1))
             self._release(victim)
-            victim.preempted = True
             self.stats.preemptions += 1
-            # recompute from scratch: back to the head of the queue
-            fresh = victim
-            fresh.preempted = False
-            fresh.first_token = None
-            self.waiting.appendleft(fresh)
-            self.waiting_tokens += fresh.draw.prompt_tokens
-            self.heap = [entry for entry in self.heap if entry[2] is not fresh]
+            # vLLM's recompute: KV freed, back to the head of the queue; the tokens it streamed stay, and
+            # when it is scheduled again it recomputes them with its prompt and carries on after them
+            victim.generated = made
+            # (0, its first stream start) first: its tokens before the pause keep their times
+            victim.resumes = [*(victim.resumes or [(0, victim.s_start)]), (math.floor(made) + 1, math.nan)]
+            self.waiting.appendleft(victim)
+            self.waiting_tokens += victim.draw.prompt_tokens
+            self.heap = [entry for entry in self.heap if entry[2] is not victim]
             heapq.heapify(self.heap)
 
     def _pop_finished(self, t0: float, dt: float, s0: float, step: float) -> list[SimRequest]:

@@ -15,6 +15,19 @@ from infersight.capacity import GPUSpec, ModelSpec, kv_bytes_per_token, prefill_
 
 BANDWIDTH_EFFICIENCY = 0.95
 STEP_OVERHEAD_S = 0.0015
+GIB = 1 << 30
+
+
+def max_batched_tokens(gpu: GPUSpec) -> int:
+    """Tokens one engine step may hold: vLLM's ``--max-num-batched-tokens`` default for the OpenAI
+    server (vllm/engine/arg_utils.py, ``get_batch_defaults``): 16384 on GPUs of 160 GiB or more,
+    8192 on 70 GiB or more except A100s, 2048 otherwise. Decodes take one token each; a prefill
+    gets the rest of the budget per step (chunked prefill), so a long prompt spans several steps."""
+    if gpu.memory_bytes >= 160 * GIB:
+        return 16384
+    if gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name.lower():
+        return 8192
+    return 2048
 
 
 @dataclass(frozen=True)
@@ -25,6 +38,7 @@ class Physics:
     kv_bytes_per_token: float
     kv_capacity_tokens: int
     prefill_tokens_per_s: float
+    max_batched_tokens: int = 2048  # one step's token budget (see max_batched_tokens)
 
     @classmethod
     def build(cls, model: ModelSpec, gpu: GPUSpec, prefill_utilization: float = 0.6,
@@ -33,7 +47,7 @@ class Physics:
         per_token = kv_bytes_per_token(model)
         capacity = max(0.0, gpu.memory_bytes * memory_utilization - weights)
         return cls(model, gpu, weights, per_token, int(capacity // per_token),
-                   prefill_rate(model, gpu, prefill_utilization))
+                   prefill_rate(model, gpu, prefill_utilization), max_batched_tokens(gpu))
 
     def step_seconds(self, kv_tokens: float) -> float:
         """One decode step over a batch holding ``kv_tokens`` of KV cache (GPU time only)."""

@@ -9,7 +9,7 @@ class SimRequest:
     __slots__ = ("id", "model", "pool", "strategy", "draw", "arrival", "client_attempt", "gateway_attempt",
                  "instance", "engine_arrival", "admitted", "first_token", "cached", "s_start", "s_end", "done_at",
                  "preempted", "extra_latency", "fail_at", "step_s", "queued_at", "routed_at", "deadline",
-                 "attempt_at", "failed_attempts", "ready_at")
+                 "attempt_at", "failed_attempts", "ready_at", "prefill_done", "generated", "resumes")
 
     def __init__(self, rid: int, model: str, pool: str, strategy: str, draw: Draw, arrival: float,
                  client_attempt: int, deadline: float):
@@ -38,3 +38,9 @@ class SimRequest:
         # The gateway's attempts that broke, (instance, started, ended, UpstreamError), for the trace replay
         self.failed_attempts: list[tuple[str, float, float, str]] | None = None
         self.ready_at = 0.0  # the engine can start it no earlier (disaggregated: when its KV cache has arrived)
+        self.prefill_done: float | None = None  # when its (latest) prefill ends: the first token, or a resumption
+        self.generated = 0.0  # tokens after the first it had made when it was last preempted
+        # None when never preempted, else (token index, stream start from that token on): (0, the first
+        # start), then per preemption the first token made after it and its new start (NaN until it
+        # resumes). The tokens before stay: preemption pauses a request, never restarts it.
+        self.resumes: list[tuple[int, float]] | None = None

@@ -61,6 +61,7 @@ class Replay:
         self.pending: list[tuple] = []
         self.replayed = 0
         self.errors = 0
+        self.trace_ids: dict[int, str] = {}  # simulated request id -> its trace id (to name a stall's neighbour)
         self.thread = threading.Thread(target=self._run, name="demo-replay", daemon=True)
         self.thread.start()
 
@@ -68,7 +69,8 @@ class Replay:
         """``GatewayMetrics.on_end``: copy what the replay needs (the request object lives on)."""
         item = (req.model, req.pool, req.strategy, req.instance, req.client_attempt, req.arrival, req.queued_at,
                 req.attempt_at, tuple(req.failed_attempts or ()), req.draw.prompt_tokens, req.cached,
-                (req.first_token, req.s_start, req.extra_latency), outcome, now, kw, req.admitted)
+                (req.first_token, req.s_start, req.extra_latency, tuple(req.resumes or ())), outcome, now, kw,
+                req.id, req.admitted)
         if self.log is None:
             self.queue.put(item)
         else:
@@ -99,11 +101,12 @@ class Replay:
                 self.errors += 1
 
     def _one(self, model, pool, strategy, instance, client_attempt, arrival, queued_at, attempt_at, failed,
-             prompt_tokens, cached, engine_side, outcome, end, kw, admitted) -> None:
+             prompt_tokens, cached, engine_side, outcome, end, kw, rid, admitted) -> None:
         clock = self.clock
         clock.at(arrival)
         headers = {RETRY_COUNT_HEADER: str(client_attempt)} if client_attempt else None
         req = self.tracer.start(model, pool=pool, strategy=strategy, headers=headers, stream=True)
+        self.trace_ids[rid] = req.trace_id
         if queued_at is not None:
             req.queued()
         # The gateway's attempts as its instrumentation records them: each broken one routed, then
@@ -147,10 +150,10 @@ class Replay:
 
     def _token_times(self, instance: str, first: float, end: float, tokens: int, engine_side) -> list[int]:
         """The request's token times in ns, as the gateway saw them (the engine's, plus the network's delay)."""
-        engine_first, s_start, delay = engine_side
+        engine_first, s_start, delay, resumes = engine_side
         times = None
         if self.log is not None and engine_first is not None:
-            times = self.log.token_times(instance, engine_first, s_start, tokens, end - delay)
+            times = self.log.token_times(instance, engine_first, s_start, tokens, end - delay, resumes)
         if times is None:
             gap = (end - first) / (tokens - 1) if tokens > 1 else 0.0
             return [round((first + i * gap) * 1e9) for i in range(tokens)]

@@ -50,6 +50,7 @@ class DemoRun:
         self._stops: list[tuple[str, Callable[[], None]]] = []
         self.fleet = None
         self.decode_log = None
+        self.trace_ids: dict[int, str] = {}  # simulated request id -> trace id (the replay's)
         self.driver = None
         self.lock = threading.Lock()
         self.gpu_exporters: dict[str, int] = {}  # node -> port
@@ -160,6 +161,7 @@ class DemoRun:
                                                     max_timeline_tokens=TIMELINE_TOKENS),
                         base, decode_log, gate=driver.idle)
         self._on_stop("replay", lambda: replay.close(10.0))
+        self.trace_ids = replay.trace_ids
         fleet.metrics.on_end = replay.ended
         endpoints.fleet = fleet
         endpoints.refresh()

@@ -156,9 +156,14 @@ def from_clickhouse(run, reader, base: float) -> dict[str, Any]:
         moment = (run.decode_log.moment(worst["instance"], (during - start).total_seconds())
                   if run.decode_log else None)
         if moment is not None:
+            prefill = None
+            if moment.prefill is not None:  # the prompt whose prefill chunks made those steps long
+                rid, tokens = moment.prefill
+                prefill = {"prompt_tokens": tokens, "trace_id": run.trace_ids.get(rid)}
             stall["simulated"] = {"decoding": moment.decoding, "prefilling": moment.prefilling,
                                   "waiting": moment.waiting, "kv_usage": round(moment.kv_usage, 3),
-                                  "step_ms": None if moment.step_s is None else round(moment.step_s * 1000, 1)}
+                                  "step_ms": None if moment.step_s is None else round(moment.step_s * 1000, 1),
+                                  "prefill": prefill}
     stalls = library.window_stalls(reader, "default", start, end, min_gap_ms=STALL_MS, tables=tables)
     pools = library.compare_pools(reader, "default", start, end, tables=tables)
     report = write_report(reader, "default", Window(start, end), run.out / "report", min_gap_ms=STALL_MS,
@@ -250,8 +255,13 @@ def print_summary(s: dict[str, Any]) -> None:
         sim = stall["simulated"]
         if sim:
             step = "no decode step" if sim["step_ms"] is None else f"one decode step every {sim['step_ms']:,.0f} ms"
+            cause = ""
+            if sim.get("prefill"):
+                trace = sim["prefill"]["trace_id"]
+                cause = (f"; each step carried a chunk of a {sim['prefill']['prompt_tokens']:,}-token prompt's prefill"
+                         + (f" (trace {trace})" if trace else ""))
             print(f"  the simulated instance then: {sim['decoding']} decoding, {sim['prefilling']} in prefill, "
-                  f"{sim['waiting']} waiting, KV cache {sim['kv_usage']:.0%} full: {step}")
+                  f"{sim['waiting']} waiting, KV cache {sim['kv_usage']:.0%} full: {step}{cause}")
     if s["neighbours_of_slowest"]:
         phases: dict[str, int] = defaultdict(int)
         for n in s["neighbours_of_slowest"]:
