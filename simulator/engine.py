@@ -167,6 +167,7 @@ class SimEngine:
         elif req in self.prefilling:
             self.prefilling.remove(req)
             self.kv_prompt -= req.draw.prompt_tokens
+            self.chunks = [c for c in self.chunks if c[3] != req.id]  # its prefill chunks no longer run
         else:
             return
         self.stats.finished["abort"] += 1
