@@ -18,6 +18,7 @@ Only the real-time demo feeds it (every tick, from the fleet's thread); virtual 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -51,8 +52,10 @@ class _Life:
     started_at: float
     t: list[float]
     s: list[float]
-    # per sample after the first: decoding, prefilling, waiting, KV usage, the prefill then (id, tokens) or None
-    state: list[tuple[int, int, int, float, tuple[int, int] | None]] = field(default_factory=list)
+    # per sample after the first: decoding, prefilling, waiting, KV usage, and None or the prefill whose
+    # chunks the steps carried: (id, tokens, step seconds, when and at which position those steps began)
+    state: list[tuple[int, int, int, float, tuple[int, int, float, float, float] | None]] = field(
+        default_factory=list)
 
 
 class DecodeLog:
@@ -85,7 +88,7 @@ class DecodeLog:
                 if at > life.t[-1]:
                     life.t.append(at)
                     life.s.append(position)
-                    life.state.append((*state, prefill[:2] if prefill else None))
+                    life.state.append((*state, prefill))
         self._last_t = t
 
     def _life(self, instance: str, t0: float, t1: float) -> _Life | None:
@@ -104,7 +107,7 @@ class DecodeLog:
         life = self._life(instance, first_token, end)
         if life is None or count < 1:
             return None
-        ts, ss = life.t, life.s
+        ts, ss, state = life.t, life.s, life.state
         out = [first_token]
         j = bisect.bisect_right(ss, s_start)
         n = len(ss)
@@ -119,7 +122,15 @@ class DecodeLog:
             if j == n:
                 return None
             s0, s1, t0 = ss[j - 1], ss[j], ts[j - 1]
-            at = t0 + (p - s0) * (ts[j] - t0) / (s1 - s0) if s1 > s0 else ts[j]
+            if s1 <= s0:
+                at = ts[j]
+            elif state[j - 1][4] is not None:
+                # long steps that carried a prefill chunk: every decoding request gets its token when
+                # a step ends, so the stream climbs in stairs from where those steps began
+                _rid, _tokens, per, t_from, s_from = state[j - 1][4]
+                at = min(ts[j], max(t0, t_from + math.ceil(p - s_from - 1e-9) * per))
+            else:
+                at = t0 + (p - s0) * (ts[j] - t0) / (s1 - s0)
             out.append(at if at > first_token else first_token)  # a request that joined mid-tick
         return out
 
@@ -130,5 +141,5 @@ class DecodeLog:
                 j = max(1, bisect.bisect_left(life.t, t))
                 decoding, prefilling, waiting, kv, prefill = life.state[j - 1]
                 return EngineMoment(instance, life.t[j - 1], life.t[j], life.s[j] - life.s[j - 1], decoding,
-                                    prefilling, waiting, kv, prefill)
+                                    prefilling, waiting, kv, prefill[:2] if prefill else None)
         return None

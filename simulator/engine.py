@@ -85,9 +85,10 @@ class SimEngine:
         self.started_at = 0.0
         self.compute_share = 0.0
         self.bandwidth_share = 0.0
-        # The real-time demo's decode log sets a list here: each tick then appends its steps as
-        # (time, stream position, (request id, prefill tokens, step seconds) or None), see decode_log.py.
-        self.step_log: list[tuple[float, float, tuple[int, int, float] | None]] | None = None
+        # The real-time demo's decode log sets a list here: each tick then appends its steps as (time,
+        # stream position, None or, for steps that carried a prefill chunk, (request id, prefill tokens,
+        # step seconds, when and at which stream position its chunk steps began)), see decode_log.py.
+        self.step_log: list[tuple[float, float, tuple[int, int, float, float, float] | None]] | None = None
         self._reset_state()
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -107,6 +108,7 @@ class SimEngine:
         self.prefill_free_at = 0.0
         # Prefills scheduled, in time order: (start, end, seconds per chunk step, request id, tokens)
         self.chunks: list[tuple[float, float, float, int, int]] = []
+        self._chunk_origin: dict[int, tuple[float, float]] = {}  # for the step log: where each one's steps began
 
     def start(self, now: float, cold: bool = True) -> None:
         self._reset_state()
@@ -313,11 +315,13 @@ class SimEngine:
                 if log is not None:
                     log.append((a, s0 + steps, None))
             per = max(chunk_s, step)
+            if log is not None:
+                origin = self._chunk_origin.setdefault(rid, (a, s0 + steps))  # where its steps began
             k = (b - a) / per
             steps += k
             itl.observe(per, int(round(n * k)))
             if log is not None:
-                log.append((b, s0 + steps, (rid, tokens, per)))
+                log.append((b, s0 + steps, (rid, tokens, per, *origin)))
             cursor = b
         if cursor < t1:
             plain += (t1 - cursor) / step
@@ -325,6 +329,9 @@ class SimEngine:
             if log is not None:
                 log.append((t1, s0 + steps, None))
         itl.observe(step, int(round(n * plain)))
+        if log is not None and len(self._chunk_origin) > len(keep):
+            going = {c[3] for c in keep}
+            self._chunk_origin = {rid: o for rid, o in self._chunk_origin.items() if rid in going}
         self.chunks = keep
         self.S = s0 + steps
         return steps

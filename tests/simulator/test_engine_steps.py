@@ -80,10 +80,11 @@ def test_a_long_prefill_mid_decode_is_a_gap_in_every_decoding_stream_at_that_mom
         gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
         longest = max(range(len(gaps)), key=gaps.__getitem__)
         median = statistics.median(gaps)
-        # the longest gap is one chunk step, far above the usual inter-token time, inside the prefill
-        assert abs(gaps[longest] - chunk_s) < 1e-6 * chunk_s + 1e-9, (gaps[longest], chunk_s)
+        # the longest gap is one chunk step (plus at most the plain step before it), far above the
+        # usual inter-token time, inside the prefill: tokens come when each chunk step ends
+        assert chunk_s - 1e-9 <= gaps[longest] <= chunk_s + engine.step_s(t), (gaps[longest], chunk_s)
         assert gaps[longest] > 20 * median
-        assert prefill_start <= times[longest] and times[longest + 1] <= prefill_end + 1e-9
+        assert prefill_start - engine.step_s(t) <= times[longest] and times[longest + 1] <= prefill_end + 1e-9
         stalled = [g for g in gaps if g > 10 * median]
         assert chunks - 1 <= len(stalled) <= chunks + 1  # one long step per chunk, no more
         # and the engine says what ran then: that prompt's prefill
