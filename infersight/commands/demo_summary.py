@@ -285,7 +285,8 @@ def print_summary(s: dict[str, Any]) -> None:
     print("\nPools side by side (infersight traces compare):")
     print(render(s["pools"], "table"))
     if len({p["pool"] for p in s["pools"]}) < 2:
-        print("  (this scenario has one pool; 'infersight demo --scenario gpu-off-bus' runs a canary beside it)")
+        print("  (this scenario has one pool; 'infersight demo --scenario canary-hot-spot' compares a canary "
+              "that makes a hot spot)")
     f = s["files"]
     print(f"\nIncident report: {s['report_headline']}\n  {s['report_html']}")
     print(f"Rules Prometheus evaluated (the generated ones, durations / {s['speed']:g}): {f['rules']}")

@@ -169,11 +169,17 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
                             ["trace_id", "started", "service", "instance", "pool", "outcome", "ttft_ms", "e2e_ms",
                              "max_gap_ms", "input_tokens"]))
     sections.append(Section("How did the pools compare?",
-                            ["Request error rate counts errors, timeouts and rejections of the requests as they "
+                            [f"As the service {view or 'at the entry'} saw the requests, per pool and balancing "
+                             "strategy (a pool whose strategy changed has a row per strategy).",
+                             "A hot spot hides in a pool's own percentiles: busiest_instance_share is the share of "
+                             "the pool's requests its busiest instance served (1 / instances when even), "
+                             "slowest_instance_ttft_p99_ms the p99 first-token time of its slowest instance.",
+                             "Request error rate counts errors, timeouts and rejections of the requests as they "
                              "ended; a request retried to success counts as a success, so failed attempts are "
                              "counted apart."], None, _with_failed_attempts(pools, attempts, instance_pool),
-                            ["service", "pool", "requests", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
-                             "tokens_per_s", "error_rate", "failed_attempts"]))
+                            ["pool", "strategy", "instances", "requests", "busiest_instance_share", "ttft_p95_ms",
+                             "ttft_p99_ms", "slowest_instance_ttft_p99_ms", "tokens_per_s", "error_rate",
+                             "failed_attempts"]))
     if stall_rows:
         sections.append(Section(f"Which instances stalled, minute by minute (gaps over {min_gap_ms:g} ms)?", [], None,
                                 stall_rows, ["minute", "instance", "requests", "max_gap_ms", "mean_gap_ms",
@@ -367,7 +373,8 @@ vertical-align:top;white-space:nowrap;background:none;border:none}.facts td{padd
 .notes{font-size:.9em;color:#444}.notes li{margin:.2em 0}
 table.rows{border-collapse:collapse;font-size:.82em;margin:.6em 0}
 table.rows td,table.rows th{border:1px solid #ddd;padding:.2em .5em;white-space:nowrap}
-table.rows th{background:#f4f4f4}table.rows td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.rows th{background:#f4f4f4;white-space:normal;vertical-align:bottom}
+table.rows td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%;height:auto;display:block;margin:.5em 0}footer{margin-top:2em;color:#666;font-size:.85em}"""
 
 
@@ -411,7 +418,9 @@ def _html(window: Window, head: Headline, skipped: list[str], sections: list[Sec
             out.append(f"<img src='{esc(section.image)}' alt='{esc(section.title)}'>")
         if section.table:
             out.append("<table class='rows'><tr>"
-                       + "".join(f"<th>{esc(_header(section, c))}</th>" for c in section.columns) + "</tr>")
+                       # a long column name may break after an underscore: a wide table still fits the page
+                       + "".join(f"<th>{esc(_header(section, c)).replace('_', '_<wbr>')}</th>"
+                                 for c in section.columns) + "</tr>")
             for row in section.table[:TABLE_ROWS]:
                 out.append("<tr>" + "".join(cell(c, row.get(c)) for c in section.columns) + "</tr>")
             out.append("</table>")

@@ -62,6 +62,10 @@ def test_report_tells_the_story(store, tmp_path, capsys):
     assert "in the canary pool" in head
     assert "Upstream attempts failed on i-2 at" in head and "(timeout)" in head
     assert "Unset" not in markdown and "00:00:00 " not in markdown
+    # the pools side by side show how evenly each spread its requests, not only its own percentiles
+    pools = markdown.split("## How did the pools compare?", 1)[1].split("## ", 1)[0]
+    assert ("| pool | strategy | instances | requests | busiest_instance_share | ttft_p95_ms | ttft_p99_ms "
+            "| slowest_instance_ttft_p99_ms |") in pools
 
     page = (out / "report.html").read_text()
     images = re.findall(r"<img src='([^']+)'", page)
