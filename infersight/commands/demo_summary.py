@@ -13,6 +13,7 @@ from infersight.commands.demo_stack import ON_CALL, StackError, prometheus_query
 from infersight.commands.output import render
 
 STALL_MS = 500  # a token gap this long is a stall people feel
+STALLS_SHOWN = 10  # the terminal shows the longest; the report and --format json have them all
 # Why the demo's report has no Prometheus charts: what is true, not "no Prometheus configured".
 NO_PROMETHEUS_IN_REPORT = (
     "the demo's Prometheus kept its samples on the demo's compressed clock ({minutes} simulated minutes in as many "
@@ -279,9 +280,20 @@ def print_summary(s: dict[str, Any]) -> None:
                                                       "failed_median_ms", "requests_hit"]))
     else:
         print("  (none: no attempt broke in this scenario; 'infersight demo --scenario gpu-off-bus' has some)")
-    print(f"\nToken stalls over {STALL_MS} ms by instance and minute (infersight traces stalls):")
-    print(render(s["stalls"], "table", ["instance", "minute", "requests", "max_gap_ms", "mean_gap_ms"])
-          if s["stalls"] else "  (none)")
+    stalls = s["stalls"]
+    print(f"\nToken stalls over {STALL_MS} ms by instance and minute (infersight traces stalls)"
+          + (f": the {STALLS_SHOWN} longest of {len(stalls)}" if len(stalls) > STALLS_SHOWN else "") + ":")
+    if stalls:
+        longest = sorted(stalls, key=lambda r: (-(r["max_gap_ms"] or 0), r["minute"], r["instance"]))[:STALLS_SHOWN]
+        print(render(longest, "table", ["instance", "minute", "requests", "max_gap_ms", "mean_gap_ms"]))
+        if len(stalls) > STALLS_SHOWN:
+            minutes = sorted({r["minute"] for r in stalls})
+            instances = len({r["instance"] for r in stalls})
+            print(f"  ... {len(stalls) - STALLS_SHOWN} more instance-minutes, on {instances} instances from "
+                  f"{minutes[0]:%H:%M} to {minutes[-1]:%H:%M} UTC: 'infersight traces stalls' over the window above "
+                  "lists them all")
+    else:
+        print("  (none)")
     print("\nPools side by side (infersight traces compare):")
     print(render(s["pools"], "table"))
     if len({p["pool"] for p in s["pools"]}) < 2:

@@ -21,6 +21,7 @@ from infersight.pipelines.queries.window import Window
 from infersight.pipelines.schema.ddl import DEFAULT_TABLES, Tables
 
 MAX_STALL_SECTIONS = 3
+STALL_ROWS_SHOWN = 20  # instance-minutes in the stalls table: the longest gaps
 MIN_MINUTES_FOR_TREND = 3  # fewer minutes make a per-minute chart of single dots: the bars say it better
 TABLE_ROWS = 25
 LINKED_COLUMNS = ("trace_id", "example_traces", "culprit_trace")
@@ -181,9 +182,19 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
                              "ttft_p99_ms", "slowest_instance_ttft_p99_ms", "tokens_per_s", "error_rate",
                              "failed_attempts"]))
     if stall_rows:
-        sections.append(Section(f"Which instances stalled, minute by minute (gaps over {min_gap_ms:g} ms)?", [], None,
-                                stall_rows, ["minute", "instance", "requests", "max_gap_ms", "mean_gap_ms",
-                                             "first_stall_at", "example_traces"]))
+        shown, text = stall_rows, []
+        if len(stall_rows) > STALL_ROWS_SHOWN:  # a busy fleet stalls somewhere every minute: the worst, in time order
+            shown = sorted(sorted(stall_rows, key=lambda r: -(r["max_gap_ms"] or 0))[:STALL_ROWS_SHOWN],
+                           key=lambda r: (r["minute"], r["instance"]))
+            minutes = [r["minute"] for r in stall_rows]
+            text = [f"{len(stall_rows):,} instance-minutes had a gap over {min_gap_ms:g} ms, on "
+                    f"{len({r['instance'] for r in stall_rows})} instances from {min(minutes):%H:%M} to "
+                    f"{max(minutes):%H:%M} UTC ({sum(r['requests'] for r in stall_rows):,} requests); the "
+                    f"{STALL_ROWS_SHOWN} with the longest gaps are below. `infersight traces stalls` over this "
+                    "window lists them all."]
+        sections.append(Section(f"Which instances stalled, minute by minute (gaps over {min_gap_ms:g} ms)?", text,
+                                None, shown, ["minute", "instance", "requests", "max_gap_ms", "mean_gap_ms",
+                                              "first_stall_at", "example_traces"]))
 
     for section in sections:
         if section.columns and not section.table:
@@ -193,6 +204,7 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
     written[0].write_text(_markdown(window, head, skipped, sections, links))
     written[1].write_text(_html(window, head, skipped, sections, links))
     return Report(window, head, skipped, written + charts)
+
 
 
 def _stalls(client, db: str, worst_rows, stall_rows, service: str, tables: Tables) -> list[Stall]:
