@@ -44,12 +44,16 @@ def _engine(kv_tokens: int = 20000) -> SimEngine:
 
 
 def _served() -> SimEngine:
-    """An engine after traffic that retracts (its KV cache is small), hits its prefix cache and has one abort."""
+    """An engine after traffic that retracts, hits its prefix cache and has one abort.
+
+    Retraction needs a cache that really fills: the prompts admitted fill its 20000 tokens, and their
+    outputs (up to 2000 tokens) grow the running batch past it faster than finished requests free
+    room (with outputs up to 800 the batch peaked at 97% and nothing was retracted)."""
     engine = _engine()
     rng = random.Random(3)
     requests = []
     for i in range(40):
-        draw = Draw(rng.randint(200, 1500), rng.randint(50, 800), f"p{i % 3}", 512)
+        draw = Draw(rng.randint(200, 1500), rng.randint(50, 2000), f"p{i % 3}", 512)
         requests.append(SimRequest(i, engine.model, "stable", "least_conn", draw, i * 0.1, 0, 1e9))
         engine.submit(requests[-1], i * 0.1)
     engine.abort(requests[-1])
