@@ -161,7 +161,9 @@ def from_clickhouse(run, reader, base: float) -> dict[str, Any]:
             if moment.prefill is not None:  # the prompt whose prefill chunks made those steps long
                 rid, tokens = moment.prefill
                 prefill = {"prompt_tokens": tokens, "trace_id": run.trace_ids.get(rid)}
-            stall["simulated"] = {"decoding": moment.decoding, "prefilling": moment.prefilling,
+            # the counts are the tick's end; a prompt whose chunks made the gap was in prefill during it
+            prefilling = max(moment.prefilling, 1 if moment.prefill is not None else 0)
+            stall["simulated"] = {"decoding": moment.decoding, "prefilling": prefilling,
                                   "waiting": moment.waiting, "kv_usage": round(moment.kv_usage, 3),
                                   "step_ms": None if moment.step_s is None else round(moment.step_s * 1000, 1),
                                   "prefill": prefill}
