@@ -126,9 +126,14 @@ class DecodeLog:
                 at = ts[j]
             elif state[j - 1][4] is not None:
                 # long steps that carried a prefill chunk: every decoding request gets its token when
-                # a step ends, so the stream climbs in stairs from where those steps began
-                _rid, _tokens, per, t_from, s_from = state[j - 1][4]
-                at = min(ts[j], max(t0, t_from + math.ceil(p - s_from - 1e-9) * per))
+                # a step ends, so the stream climbs in stairs from where those steps began. The step in
+                # progress may end in a later tick (a tick's end is no token time): not past the last
+                # tick those steps ran in.
+                rid, _tokens, per, t_from, s_from = state[j - 1][4]
+                last = j
+                while last < n - 1 and state[last][4] is not None and state[last][4][0] == rid:
+                    last += 1
+                at = min(ts[last], max(t0, t_from + math.ceil(p - s_from - 1e-9) * per))
             else:
                 at = t0 + (p - s0) * (ts[j] - t0) / (s1 - s0)
             out.append(at if at > first_token else first_token)  # a request that joined mid-tick
