@@ -73,7 +73,7 @@ class Thresholds(Section):
         0.9, gt=0, lt=1, description="the demand forecast pages only once demand is over this share of capacity "
                                      "(a normal ramp peaking under it stays quiet)")
     prefill_capacity_share: float = Field(
-        0.7, gt=0, le=1, description="share of the capacity model's prefill compute a pool can use with p95 TTFT still "
+        0.6, gt=0, le=1, description="share of the capacity model's prefill compute a pool can use with p95 TTFT still "
                                      "within its target (first tokens queue for the prefill long before 100%): "
                                      "the demand forecast's prefill capacity")
     instance_p99_ttft_seconds: float = Field(

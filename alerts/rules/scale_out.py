@@ -220,7 +220,7 @@ def demand_forecast(limits: Thresholds) -> Alert:
 
     # Prefill-bound growth (the simulator's sustained-growth pool: chat prompts of ~1,200 tokens, a third
     # of them from the prefix cache): prompt tokens to prefill per instance from 35% of the capacity
-    # model's prefill compute, 20% more of it every hour; p95 TTFT broke its target at about 0.66-0.69.
+    # model's prefill compute, 20% more of it every hour; p95 TTFT broke its target at about 0.58-0.60.
     ceiling = limits.prefill_tokens_per_instance
     require(0.35 < share * limits.prefill_capacity_share,
             "the prefill growth starts at 35% of the prefill compute, under the forecast's share of capacity")
