@@ -75,7 +75,7 @@ SERVING_INSTANCES = name("model", "llm_instances_serving", "count")
 # prefix cache's hits left out) against the prefill compute the pool can use with first tokens in time.
 IN_FLIGHT_CAPACITY_RATIO = name("model", request.IN_FLIGHT.name, "capacity_ratio")
 PREFILL_TOKENS_RATE = name("model", "llm_prefill_tokens", "rate15m")
-PREFILL_INSTANCES = name("model", "llm_instances_prefilling", "count")
+PREFILL_CAPACITY = name("model", "llm_prefill_capacity_tokens_per_second", "sum")
 PREFILL_CAPACITY_RATIO = name("model", "llm_prefill_tokens", "capacity_ratio_rate15m")
 DEMAND_CAPACITY_RATIO = name("model", "llm_demand", "capacity_ratio")
 PREFILL_WINDOW = "15m"  # prompt tokens come in bursts of a few thousand: 5 minutes are too noisy to forecast
@@ -154,23 +154,27 @@ def prefill_tokens_rate() -> str:
     return f"({prompt} - {hits}\nor {prompt})"
 
 
-def prefill_instances() -> str:
-    """A model's instances that prefill (every one but a disaggregated decode instance) and that the
-    gateway has not ejected: the prefill side of a disaggregated pool is not in the gateway's rotation."""
-    prefilling = engine.PROMPT_TOKENS.select(role=f"!={EngineRole.DECODE}")
-    ejected = gateway.INSTANCE_STATE.select(state="ejected")
-    return (f"count by (model) (group by (model, instance) ({prefilling})\n"
-            f"  unless on (model, instance) ({ejected} == 1))")
-
-
 def in_flight_capacity(limits: Thresholds) -> str:
     """Requests a model's serving instances hold in flight (KV-bound concurrency at the target rate)."""
     return f"{SERVING_INSTANCES} * {limits.requests_per_instance}"
 
 
 def prefill_capacity(limits: Thresholds) -> str:
-    """Prompt tokens/s a model's serving instances prefill with first tokens still in time."""
-    return f"{PREFILL_INSTANCES} * {num(limits.prefill_capacity_tokens_per_s)}"
+    """Prompt tokens/s a model's instances that prefill take with first tokens still in time: an instance
+    that also decodes at ``prefill_capacity_share`` of its compute (its decoding waits out every prefill
+    chunk, so its p95 TTFT breaks first), a disaggregated prefill instance at ``prefill_only_capacity_share``.
+    A disaggregated decode instance prefills nothing; an instance the gateway ejected is no capacity (the
+    prefill side of a disaggregated pool is not in the gateway's rotation, so it is never ejected)."""
+    ejected = gateway.INSTANCE_STATE.select(state="ejected")
+
+    def each(role_match: str, tokens_per_s: float) -> str:
+        prefilling = engine.PROMPT_TOKENS.select(role=role_match)
+        return (f"(group by (model, instance) ({prefilling})\n"
+                f"  unless on (model, instance) ({ejected} == 1)) * {num(tokens_per_s)}")
+
+    decoding_too = each(f"!~{EngineRole.DECODE}|{EngineRole.PREFILL}", limits.prefill_capacity_tokens_per_s)
+    prefill_only = each(str(EngineRole.PREFILL), limits.prefill_only_capacity_tokens_per_s)
+    return f"sum by (model) (\n  {decoding_too}\n  or {prefill_only}\n)"
 
 
 def _engine_ttft_roles() -> str:
@@ -262,8 +266,8 @@ def recording_rules(limits: Thresholds) -> list[Recording]:
         Recording(SERVING_INSTANCES, f"count by (model) ({state.select(state='!=ejected')} == 1)"),
         Recording(IN_FLIGHT_CAPACITY_RATIO, f"{IN_FLIGHT_SUM} / on (model) ({in_flight_capacity(limits)})"),
         Recording(PREFILL_TOKENS_RATE, prefill_tokens_rate()),
-        Recording(PREFILL_INSTANCES, prefill_instances()),
-        Recording(PREFILL_CAPACITY_RATIO, f"{PREFILL_TOKENS_RATE} / on (model) ({prefill_capacity(limits)})"),
+        Recording(PREFILL_CAPACITY, prefill_capacity(limits)),
+        Recording(PREFILL_CAPACITY_RATIO, f"{PREFILL_TOKENS_RATE} / on (model) {PREFILL_CAPACITY}"),
         Recording(DEMAND_CAPACITY_RATIO, larger(IN_FLIGHT_CAPACITY_RATIO, PREFILL_CAPACITY_RATIO)),
         Recording(RETRIES_PER_REQUEST, retries_per_request()),
         # Per model and pool: 300 healthy instances of another model must not dilute a cascade.

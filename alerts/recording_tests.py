@@ -191,16 +191,19 @@ def recording_test_file(limits: Thresholds, recording_rule_file: str) -> dict:
     one(rec.SERVING_INSTANCES, model, 3)
     # Scale-out signal 3, demand as a share of capacity: 9 requests in flight of 3 x requests_per_instance;
     # prompt tokens to prefill (the engine's prompt tokens less its 200/s of prefix-cache hits, below)
-    # of the prefill capacity of the one instance that prefills; the larger of the two.
-    # The instances that prefill: engine e1 only; a disaggregated decode instance's prompt tokens came
-    # over the KV link (not prefill work, not prefill capacity), and the ejected i3 is no capacity.
-    prompt_per_s = 200 + round(0.3 * limits.prefill_capacity_tokens_per_s)
-    series += [_rate(engine.PROMPT_TOKENS, engine_labels(), prompt_per_s),
+    # of the prefill capacity; the larger of the two. The instances that prefill: engine e1, which
+    # decodes too, and p1, a disaggregated prefill instance (it runs fuller: its own share); a
+    # disaggregated decode instance's prompt tokens came over the KV link (not prefill work, not
+    # prefill capacity), and the ejected i3 is no capacity.
+    capacity = limits.prefill_capacity_tokens_per_s + limits.prefill_only_capacity_tokens_per_s
+    prompt_per_s = 200 + round(0.3 * capacity)
+    series += [_rate(engine.PROMPT_TOKENS, engine_labels(), prompt_per_s - 100),
+               _rate(engine.PROMPT_TOKENS, engine_labels("p1:8000", role=EngineRole.PREFILL), 100),
                _rate(engine.PROMPT_TOKENS, engine_labels("d1:8000", role=EngineRole.DECODE), 1000),
                _rate(engine.PROMPT_TOKENS, engine_labels("i3"), 0)]
-    one(rec.PREFILL_INSTANCES, model, 1)
+    one(rec.PREFILL_CAPACITY, model, capacity)
     in_flight_share = 9 / (3 * limits.requests_per_instance)
-    prefill_share = (prompt_per_s - 200) / limits.prefill_capacity_tokens_per_s
+    prefill_share = (prompt_per_s - 200) / capacity
     require(prefill_share > in_flight_share, "the prefill share must be the larger")
     tests.extend([_rounded(rec.IN_FLIGHT_CAPACITY_RATIO, model, in_flight_share),
                   _rounded(rec.PREFILL_TOKENS_RATE, model, prompt_per_s - 200, at=LONG_AT),

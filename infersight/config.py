@@ -75,7 +75,11 @@ class Thresholds(Section):
     prefill_capacity_share: float = Field(
         0.6, gt=0, le=1, description="share of the capacity model's prefill compute a pool can use with p95 TTFT still "
                                      "within its target (first tokens queue for the prefill long before 100%): "
-                                     "the demand forecast's prefill capacity")
+                                     "the demand forecast's prefill capacity of an instance that also decodes "
+                                     "(its decoding waits out every prefill chunk)")
+    prefill_only_capacity_share: float = Field(
+        0.75, gt=0, le=1, description="the same for a disaggregated prefill instance, which decodes nothing: only "
+                                      "the prompts' own queue limits it, so it runs fuller")
     instance_p99_ttft_seconds: float = Field(
         5.0, gt=0, description="floor: an instance's own p99 TTFT (inside the engine) must be over this to "
                                "half-open its breaker")

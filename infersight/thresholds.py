@@ -103,6 +103,11 @@ class Thresholds:
         return self.config.thresholds.prefill_capacity_share * self.prefill_tokens_per_instance
 
     @property
+    def prefill_only_capacity_tokens_per_s(self) -> float:
+        """The same for a disaggregated prefill instance (it decodes nothing, so it runs fuller)."""
+        return self.config.thresholds.prefill_only_capacity_share * self.prefill_tokens_per_instance
+
+    @property
     def instance_queue_limit(self) -> int:
         """Twice what an instance can drain: its concurrent requests at the target rate, times two."""
         return 2 * self.requests_per_instance

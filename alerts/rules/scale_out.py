@@ -193,7 +193,7 @@ def demand_forecast(limits: Thresholds) -> Alert:
     # read instances ejected in the last hour as a trend.
     forecast_share = larger(
         f"predict_linear({rec.IN_FLIGHT_SUM}[1h], {horizon_s}) / on (model) ({rec.in_flight_capacity(limits)})",
-        f"predict_linear({rec.PREFILL_TOKENS_RATE}[1h], {horizon_s}) / on (model) ({rec.prefill_capacity(limits)})")
+        f"predict_linear({rec.PREFILL_TOKENS_RATE}[1h], {horizon_s}) / on (model) {rec.PREFILL_CAPACITY}")
 
     def fleet(series: list[Series], minutes: int) -> list[Series]:
         states = []

@@ -95,7 +95,8 @@ def test_every_alert_has_a_runbook(limits):
 
 def test_thresholds_follow_config_and_capacity_model():
     config = parse_config({"capacity": {"gpu": "H200", "target_tokens_per_s": 30, "prefill_utilization": 0.5},
-                           "thresholds": {"queue_wait_slo_share": 0.2, "prefill_capacity_share": 0.8},
+                           "thresholds": {"queue_wait_slo_share": 0.2, "prefill_capacity_share": 0.8,
+                                          "prefill_only_capacity_share": 0.9},
                            "cluster": "eu"})
     cap = config.capacity
     figures = plan(cap.model, cap.gpu_spec(), context_tokens=cap.context_tokens, prefill_utilization=0.5,
@@ -107,7 +108,9 @@ def test_thresholds_follow_config_and_capacity_model():
     assert alerts["LLMInstanceOverloaded"].expr.endswith(f"> {2 * per_instance}")
     assert records[rec.IN_FLIGHT_CAPACITY_RATIO].endswith(f"* {per_instance})")
     # the prefill the forecast counts as capacity: 80% of the capacity model's prefill at 50% MFU
-    assert records[rec.PREFILL_CAPACITY_RATIO].endswith(f"* {num(0.8 * figures.prefill_tokens_per_s)})")
+    capacity = records[rec.PREFILL_CAPACITY]  # an instance that decodes too, and a prefill-only one
+    assert f"* {num(0.8 * figures.prefill_tokens_per_s)}\n" in capacity, capacity
+    assert capacity.endswith(f"* {num(0.9 * figures.prefill_tokens_per_s)}\n)"), capacity
     assert rec.DEMAND_CAPACITY_RATIO in alerts["LLMDemandForecastOverCapacity"].expr
     # the queue bar is in seconds: 20% of the 1 s p95 target
     assert alerts["LLMGatewayQueueHigh"].expr.startswith(f"{rec.QUEUE_WAIT_30M} > 0.2\n")

@@ -79,7 +79,7 @@ def test_the_default_scenario_pages_on_call_through_the_real_stack(tmp_path, cap
     stalled = next(p for p in report if p.name == "report.md").read_text().split("## Which instances stalled", 1)[1]
     stalled = stalled.split("\n## ", 1)[0]
     assert len(summary["stalls"]) > 20 and f"{len(summary['stalls']):,} instance-minutes had a gap over" in stalled
-    assert sum(line.startswith("| 20") for line in stalled.splitlines()) == 20, stalled
+    assert sum(bool(re.match(r"\| \d", line)) for line in stalled.splitlines()) == 20, stalled  # rows by minute
     assert "[5s]" in (out / "rules" / "recording.yml").read_text()  # the rules Prometheus ran: on the demo clock
 
 
