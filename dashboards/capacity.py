@@ -58,7 +58,8 @@ def _signals(limits: Thresholds) -> list[dict]:
                    line=Line(1.0, warn=limits.forecast_min_demand_share), width=12,
                    description=f"Signal 3: prompt tokens to prefill against "
                                f"{limits.prefill_capacity_tokens_per_s:,.0f} tok/s per serving instance "
-                               f"({limits.prefill_capacity_share:.0%} of the capacity model's prefill compute), and "
+                               f"({limits.prefill_capacity_share:.0%} of the capacity model's prefill compute; "
+                               f"{limits.prefill_only_capacity_share:.0%} on a disaggregated prefill instance), and "
                                f"requests in flight against {limits.requests_per_instance} per instance (KV at the "
                                f"target token rate); the {limits.forecast_hours:g} h linear forecast of the larger.",
                    good="the forecast under 100%; crossing it is the time left to add instances."),
