@@ -60,6 +60,11 @@ def spans(clickhouse_server, database: str, request_ids: list[str]) -> dict[str,
     return {row[0]: dict(zip(rows.column_names, row, strict=True)) for row in rows.result_rows}
 
 
+# Long enough that the first four are still decoding when the other three reach the engine (at 16
+# tokens a quiet machine finished them first and nobody queued); short enough for the 48 KV blocks.
+ANSWER_TOKENS = 120
+
+
 async def requests(vllm, traceparent: str) -> list[tuple[str, object]]:
     """Seven requests at once on an engine that runs four: (vLLM's request id, the answer's usage)."""
     import openai
@@ -70,8 +75,8 @@ async def requests(vllm, traceparent: str) -> list[tuple[str, object]]:
     async def chat(n: int, stream: bool, headers: dict):
         kwargs = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
         answer = await api.chat.completions.create(
-            model=SERVED_MODEL, messages=[{"role": "user", "content": prompt * (n + 1)}], max_tokens=16 + 4 * n,
-            extra_body={"ignore_eos": True}, extra_headers=headers, **kwargs)
+            model=SERVED_MODEL, messages=[{"role": "user", "content": prompt * (n + 1)}],
+            max_tokens=ANSWER_TOKENS + 4 * n, extra_body={"ignore_eos": True}, extra_headers=headers, **kwargs)
         if stream:
             usage = [chunk.usage async for chunk in answer if chunk.usage is not None][-1]
         else:
