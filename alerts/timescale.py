@@ -69,21 +69,28 @@ def _scale_seconds(value: str, speed: float) -> str:
     return f"{scaled:g}"
 
 
+def _closing(expr: str, j: int, function: str) -> tuple[int, list[int]]:
+    """From just inside ``function(`` at ``j``: the index after its closing parenthesis, and where its
+    top-level commas are."""
+    depth, commas = 1, []
+    while depth:
+        if j >= len(expr):
+            raise TimescaleError(f"unbalanced parentheses after {function} in {expr!r}")
+        c = expr[j]
+        depth += c in "([{"
+        depth -= c in ")]}"
+        if c == "," and depth == 1:
+            commas.append(j)
+        j += 1
+    return j, commas
+
+
 def _scale_predict_linear(expr: str, speed: float) -> str:
     """The horizon (seconds) of every ``predict_linear(v, SECONDS)``: its last top-level argument."""
     out, i = [], 0
     while (start := expr.find("predict_linear(", i)) >= 0:
-        j = start + len("predict_linear(")
-        depth, comma = 1, -1
-        while depth:
-            if j >= len(expr):
-                raise TimescaleError(f"unbalanced parentheses after predict_linear in {expr!r}")
-            c = expr[j]
-            depth += c in "([{"
-            depth -= c in ")]}"
-            if c == "," and depth == 1:
-                comma = j
-            j += 1
+        j, commas = _closing(expr, start + len("predict_linear("), "predict_linear")
+        comma = commas[-1] if commas else -1
         if comma < 0:
             raise TimescaleError(f"predict_linear without a horizon in {expr!r}")
         horizon = expr[comma + 1:j - 1].strip()
@@ -102,13 +109,7 @@ def _per_simulated_second(expr: str, speed: float) -> str:
     """Every ``rate(...)`` and ``deriv(...)`` divided by ``speed``: per simulated second, not per real one."""
     out, i = [], 0
     while (m := _PER_SECOND.search(expr, i)) is not None:
-        j, depth = m.end(), 1
-        while depth:
-            if j >= len(expr):
-                raise TimescaleError(f"unbalanced parentheses after {m.group(1)} in {expr!r}")
-            depth += expr[j] in "([{"
-            depth -= expr[j] in ")]}"
-            j += 1
+        j, _ = _closing(expr, m.end(), m.group(1))
         inner = _per_simulated_second(expr[m.end():j - 1], speed)
         out.append(f"{expr[i:m.start()]}({m.group(1)}({inner}) / {speed:g})")
         i = j
