@@ -286,8 +286,10 @@ def print_summary(s: dict[str, Any]) -> None:
     print(f"\nToken stalls over {STALL_MS} ms by instance and minute (infersight traces stalls)"
           + (f": the {STALLS_SHOWN} longest of {len(stalls)}" if len(stalls) > STALLS_SHOWN else "") + ":")
     if stalls:
-        longest = sorted(stalls, key=lambda r: (-(r["max_gap_ms"] or 0), r["minute"], r["instance"]))[:STALLS_SHOWN]
-        print(render(longest, "table", ["instance", "minute", "requests", "max_gap_ms", "mean_gap_ms"]))
+        from infersight.pipelines.queries.report import longest_stalls
+
+        print(render(longest_stalls(stalls, STALLS_SHOWN), "table",
+                     ["instance", "minute", "requests", "max_gap_ms", "mean_gap_ms"]))
         if len(stalls) > STALLS_SHOWN:
             minutes = sorted({r["minute"] for r in stalls})
             instances = len({r["instance"] for r in stalls})

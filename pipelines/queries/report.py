@@ -184,8 +184,7 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
     if stall_rows:
         shown, text = stall_rows, []
         if len(stall_rows) > STALL_ROWS_SHOWN:  # a busy fleet stalls somewhere every minute: the worst, in time order
-            shown = sorted(sorted(stall_rows, key=lambda r: -(r["max_gap_ms"] or 0))[:STALL_ROWS_SHOWN],
-                           key=lambda r: (r["minute"], r["instance"]))
+            shown = sorted(longest_stalls(stall_rows, STALL_ROWS_SHOWN), key=lambda r: (r["minute"], r["instance"]))
             minutes = [r["minute"] for r in stall_rows]
             text = [f"{len(stall_rows):,} instance-minutes had a gap over {min_gap_ms:g} ms, on "
                     f"{len({r['instance'] for r in stall_rows})} instances from {min(minutes):%H:%M} to "
@@ -205,6 +204,11 @@ def write_report(client, db: str, window: Window, out: str | Path, min_gap_ms: f
     written[1].write_text(_html(window, head, skipped, sections, links))
     return Report(window, head, skipped, written + charts)
 
+
+
+def longest_stalls(stall_rows: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """The ``count`` instance-minutes of :func:`library.window_stalls` with the longest gaps, longest first."""
+    return sorted(stall_rows, key=lambda r: (-(r["max_gap_ms"] or 0), r["minute"], r["instance"]))[:count]
 
 
 def _stalls(client, db: str, worst_rows, stall_rows, service: str, tables: Tables) -> list[Stall]:
