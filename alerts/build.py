@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infersight.alerts.alertmanager import alertmanager_config
+from infersight.alerts.model import Alert, Recording
 from infersight.alerts.promtests import test_file
 from infersight.alerts.recording import recording_rules
 from infersight.alerts.recording_tests import recording_test_file
@@ -39,6 +40,13 @@ def render_rules(config: Config) -> dict[str, str]:
     return files
 
 
+def recording_rules_for_tests(recordings: list[Recording], alerts: list[Alert]) -> str | None:
+    """The recording rule file a promtool test of ``alerts`` loads beside their own rule files: only the
+    recording rules they read (promtool evaluates every loaded rule at every step). None: they read none."""
+    read = recordings_read_by(recordings, [a.expr for a in alerts])
+    return dump(recording_file(read)) if read else None
+
+
 def render_all(config: Config) -> dict[str, str]:
     """Every output file by relative path, as text (nothing written)."""
     limits = thresholds_from_config(config)
@@ -47,11 +55,11 @@ def render_all(config: Config) -> dict[str, str]:
     recordings = recording_rules(limits)
     for group, alerts in by_file.items():
         # each test file loads its group's rules and only the recording rules those read (same values)
-        read = recordings_read_by(recordings, [a.expr for a in alerts])
+        read = recording_rules_for_tests(recordings, alerts)
         rule_files = [f"../rules/{group}.yml"]
         if read:
             rule_files.insert(0, f"{TEST_RULES}/recording_for_{group}.yml")
-            files[f"tests/{rule_files[0]}"] = dump(recording_file(read))
+            files[f"tests/{rule_files[0]}"] = read
         files[f"tests/{group}_test.yml"] = dump(test_file(limits, alerts, rule_files))
     files["tests/recording_test.yml"] = dump(recording_test_file(limits, f"../rules/{RECORDING_FILE}"))
     all_alerts = [a for alerts in by_file.values() for a in alerts]

@@ -14,13 +14,11 @@ from pathlib import Path
 import yaml
 
 from infersight.alerts import tools
-from infersight.alerts.build import render_rules
+from infersight.alerts.build import recording_rules_for_tests, render_rules
 from infersight.alerts.model import Alert, Expected, Series
 from infersight.alerts.promtests import expected_alert
 from infersight.alerts.recording import recording_rules
-from infersight.alerts.rulefiles import recording_file, recordings_read_by
 from infersight.alerts.rules import alerts_by_file, all_alerts
-from infersight.alerts.yamlout import dump
 from infersight.config import parse_config
 from infersight.signals.catalog import Signal
 from infersight.thresholds import thresholds_from_config
@@ -57,12 +55,14 @@ def run_cases(tmp_path: Path, cases: Sequence[tuple[str, Alert, Sequence[Series]
     owners = {owner.name for _, owner, *_ in cases}
     groups = [g for g, alerts in alerts_by_file(limits).items() if owners & {a.name for a in alerts}]
     rules = render_rules(config)
-    read = recordings_read_by(recording_rules(limits), [a.expr for a in all_alerts(limits) if a.name in owners])
+    read = recording_rules_for_tests(recording_rules(limits), [a for a in all_alerts(limits) if a.name in owners])
     (tmp_path / "rules").mkdir(parents=True, exist_ok=True)
-    rule_files = [tmp_path / "rules" / "recording.yml", *(tmp_path / "rules" / f"{g}.yml" for g in groups)]
-    rule_files[0].write_text(dump(recording_file(read)))
-    for g, path in zip(groups, rule_files[1:], strict=True):
+    rule_files = [tmp_path / "rules" / f"{g}.yml" for g in groups]
+    for g, path in zip(groups, rule_files, strict=True):
         path.write_text(rules[f"rules/{g}.yml"])
+    if read:
+        rule_files.insert(0, tmp_path / "rules" / "recording.yml")
+        rule_files[0].write_text(read)
     tests = [{
         "name": name,
         "interval": "1m",
