@@ -200,8 +200,20 @@ async def send_all_grpc(target: str, bodies: list[bytes], concurrency: int) -> d
     return stats
 
 
+def store_timelines_twice(client) -> None:
+    """The baseline of schema version 7: every timeline kept in otel_traces' SpanAttributes as well as
+    in llm_token_timelines, as before version 7 (and as the Collector's own inserts still do)."""
+    from infersight.pipelines.schema import ddl
+
+    t = ddl.DEFAULT_TABLES
+    client.command(f"DROP VIEW {DB}.{t.token_timelines}_intake_mv")
+    client.command(f"DROP VIEW {DB}.{t.traces}_mv")
+    client.command(f"CREATE MATERIALIZED VIEW {DB}.{t.traces}_mv TO {DB}.{t.traces} "
+                   f"AS SELECT * FROM {DB}.{t.trace_intake}")
+
+
 def run_case(traces: int, timeline_share: float, concurrency: int, timeout: float, workdir: Path,
-             pipeline: dict, protocol: str = "http", encoding: str = "text") -> dict:
+             pipeline: dict, protocol: str = "http", encoding: str = "text", stored: str = "once") -> dict:
     from infersight.pipelines.clickhouse_server import ClickHouseServer
     from infersight.pipelines.schema import ddl, migrations
     from infersight.pipelines.schema.ddl import SchemaOptions
@@ -213,6 +225,8 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
     try:
         client = server.client()
         migrations.migrate(client, SchemaOptions(database=DB))
+        if stored == "twice":
+            store_timelines_twice(client)
         config = workdir / "infersight.yaml"
         config.write_text(yaml.safe_dump({"pipeline": pipeline}))
         ports_file = workdir / "ports.json"
@@ -283,30 +297,34 @@ def report(r: dict) -> None:
           flush=True)
 
 
-Case = tuple[float, int, str, int | None]
+Case = tuple[float, int, str, int | None, str]
 
 
 def parse_case(text: str) -> Case:
-    """``SHARE/PARALLELISM[/ENCODING[/INSERTS]]``: timeline share, pipeline.insert_parallelism, text|array,
-    pipeline.insert_threads (concurrent inserts; default --insert-threads)."""
+    """``SHARE/PARALLELISM[/ENCODING[/INSERTS[/STORED]]]``: timeline share, pipeline.insert_parallelism,
+    text|array, pipeline.insert_threads (concurrent inserts; default --insert-threads), and where a
+    timeline is stored: once (llm_token_timelines, schema version 7) or twice (also in otel_traces'
+    SpanAttributes, as before version 7)."""
     parts = text.split("/")
     try:
         share, parallelism = float(parts[0]), int(parts[1])
         encoding = parts[2] if len(parts) > 2 else "text"
-        inserts = int(parts[3]) if len(parts) > 3 else None
+        inserts = int(parts[3]) if len(parts) > 3 and parts[3] else None
+        stored = parts[4] if len(parts) > 4 else "once"
     except (IndexError, ValueError):
-        raise argparse.ArgumentTypeError(f"case {text!r}: expected SHARE/PARALLELISM[/text|array[/INSERTS]], "
-                                         "e.g. 0/2 or 0/1/text/1") from None
-    if (not 0 <= share <= 1 or parallelism < 1 or encoding not in ("text", "array") or len(parts) > 4
-            or (inserts is not None and inserts < 1)):
+        raise argparse.ArgumentTypeError(f"case {text!r}: expected SHARE/PARALLELISM[/text|array[/INSERTS"
+                                         "[/once|twice]]], e.g. 0/2 or 0/1/text/1 or 1/2/text/2/twice") from None
+    if (not 0 <= share <= 1 or parallelism < 1 or encoding not in ("text", "array") or len(parts) > 5
+            or (inserts is not None and inserts < 1) or stored not in ("once", "twice")):
         raise argparse.ArgumentTypeError(f"case {text!r}: share within 0..1, parallelism >= 1, text or array, "
-                                         "inserts >= 1")
-    return share, parallelism, encoding, inserts
+                                         "inserts >= 1, once or twice")
+    return share, parallelism, encoding, inserts, stored
 
 
 def case_name(case: Case) -> str:
-    share, parallelism, encoding, inserts = case
-    timelines = f"{share:.0%} timelines ({encoding})" if share else "no timelines"
+    share, parallelism, encoding, inserts, stored = case
+    timelines = f"{share:.0%} timelines ({encoding}{', stored twice' if stored == 'twice' else ''})" if share \
+        else "no timelines"
     name = f"{timelines}, {parallelism} insert thread{'s' if parallelism > 1 else ''}"
     return name if inserts is None else f"{name}, {inserts} concurrent insert{'s' if inserts > 1 else ''}"
 
@@ -315,7 +333,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", type=int, default=50_000, help="traces per case (7 spans each; default 50000)")
     parser.add_argument("--cases", type=parse_case, nargs="+", default=[parse_case(c) for c in ("0/1", "0/2", "1/2")],
-                        metavar="SHARE/PARALLELISM[/ENCODING]",
+                        metavar="SHARE/PARALLELISM[/ENCODING[/INSERTS[/STORED]]]",
                         help="cases, run in this order in every round; the first is the baseline the others are "
                              "compared with (default: 0/1 0/2 1/2, i.e. no timelines with one insert thread as "
                              "before issue 18, then two, then every request span with a timeline; a fourth field "
@@ -338,17 +356,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="infersight-bench-") as tmp:
         for round_number in range(args.rounds):
             for case in args.cases:
-                share, parallelism, encoding, inserts = case
+                share, parallelism, encoding, inserts, stored = case
                 pipeline = {"batch_rows": args.batch_rows, "queue_max_spans": args.queue_max_spans,
                             "insert_threads": inserts or args.insert_threads, "insert_parallelism": parallelism}
                 if args.batch_bytes:
                     pipeline["batch_bytes"] = args.batch_bytes
-                workdir = Path(tmp) / f"r{round_number}-{share}-{parallelism}-{encoding}-{inserts}"
+                workdir = Path(tmp) / f"r{round_number}-{share}-{parallelism}-{encoding}-{inserts}-{stored}"
                 workdir.mkdir()
                 print(f"\nround {round_number + 1}: {case_name(case)}", end="", flush=True)
                 load_before = os.getloadavg()[0]
                 r = run_case(args.traces, share, args.concurrency, args.timeout, workdir, pipeline, args.protocol,
-                             encoding)
+                             encoding, stored)
                 r.update(round=round_number, case=case_name(case), insert_parallelism=parallelism, encoding=encoding,
                          insert_threads=pipeline["insert_threads"], load_average=(load_before, os.getloadavg()[0]))
                 rows.append(r)

@@ -124,8 +124,9 @@ def settings(dedup_token: str | None = None, threads: int = 1) -> dict[str, str]
 
 
 def insert_query(database: str, store_content: bool = False, source: str | None = None,
-                 table: str = ddl.DEFAULT_TABLES.traces) -> str:
-    """``INSERT INTO db.<traces table> (...) SELECT ... FROM input(...) FORMAT Protobuf``.
+                 table: str = ddl.DEFAULT_TABLES.trace_intake) -> str:
+    """``INSERT INTO db.<table> (...) SELECT ... FROM input(...) FORMAT Protobuf``: by default the intake,
+    whose views fill the trace table and the token timelines (:func:`ddl.trace_intake`).
 
     ``source`` replaces ``input(...)`` (e.g. ``file(path, 'Protobuf', STRUCTURE)`` for in-process chdb).
     """

@@ -76,7 +76,7 @@ class ClickHouseSink:
         self.timeout = timeout_seconds
         self.store_content = store_content
         self.tables = tables
-        self.query = ingest_sql.insert_query(self.database, store_content, table=tables.traces)
+        self.query = ingest_sql.insert_query(self.database, store_content, table=tables.trace_intake)
         self._local = threading.local()  # one clickhouse-connect client and one insert connection per writer thread
         self._dedup_ready = False
         credentials = f"{self.target.user or 'default'}:{self._password}".encode()
@@ -227,7 +227,7 @@ class InProcessSink(ClickHouseSink):
             path.write_bytes(framed)
             source = f"file({ddl.literal(str(path))}, 'Protobuf', {ddl.literal(ingest_sql.STRUCTURE)})"
             client.command(ingest_sql.insert_query(self.database, self.store_content, source=source,
-                                                   table=self.tables.traces),
+                                                   table=self.tables.trace_intake),
                            settings=ingest_sql.settings(token, self.insert_parallelism))
 
     def close(self) -> None:

@@ -38,13 +38,19 @@ class Tables:
     migrations: str = "infersight_schema_migrations"
 
     def __post_init__(self) -> None:
-        names = [self.trace_id_ts, self.token_events_v1, *(getattr(self, f.name) for f in fields(self))]
+        derived = [self.trace_id_ts, self.trace_intake, self.token_events_v1]
+        names = [*derived, *(getattr(self, f.name) for f in fields(self))]
         if len(names) != len(set(names)):
             raise ValueError(f"clickhouse.tables: two tables would be named alike ({', '.join(names)})")
 
     @property
     def trace_id_ts(self) -> str:
         return f"{self.traces}_trace_id_ts"
+
+    @property
+    def trace_intake(self) -> str:
+        """Where our receiver inserts (a Null table): its views fill ``traces`` and ``token_timelines``."""
+        return f"{self.traces}_intake"
 
     @property
     def token_events_v1(self) -> str:
@@ -239,13 +245,8 @@ def migrations_table(opts: SchemaOptions) -> str:
             f") ENGINE = {opts.engine(t.migrations, 'ReplacingMergeTree')}\nORDER BY Version")
 
 
-def traces_table(opts: SchemaOptions) -> list[str]:
-    """``otel_traces`` as the Collector's exporter creates it, plus promoted columns and skip indexes."""
-    t = opts.tables
-    days = opts.retention.traces_days
-    promoted = "".join(f"    {name} {kind} MATERIALIZED {expr},\n" for name, kind, expr in PROMOTED_COLUMNS)
-    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(t.traces, local=True)}{opts.on_cluster} (
-    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
+# The Collector exporter's otel_traces columns, as it creates them (the trace table and the intake).
+EXPORTER_COLUMNS = """    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
     TraceId String CODEC(ZSTD(1)),
     SpanId String CODEC(ZSTD(1)),
     ParentSpanId String CODEC(ZSTD(1)),
@@ -271,7 +272,16 @@ def traces_table(opts: SchemaOptions) -> list[str]:
         TraceState String,
         Attributes Map(LowCardinality(String), String)
     ) CODEC(ZSTD(1)),
-{promoted}    INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
+"""
+
+
+def traces_table(opts: SchemaOptions) -> list[str]:
+    """``otel_traces`` as the Collector's exporter creates it, plus promoted columns and skip indexes."""
+    t = opts.tables
+    days = opts.retention.traces_days
+    promoted = "".join(f"    {name} {kind} MATERIALIZED {expr},\n" for name, kind, expr in PROMOTED_COLUMNS)
+    return [f"""CREATE TABLE IF NOT EXISTS {opts.table(t.traces, local=True)}{opts.on_cluster} (
+{EXPORTER_COLUMNS}{promoted}    INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
     INDEX idx_duration Duration TYPE minmax GRANULARITY 1,
     INDEX idx_timestamp Timestamp TYPE minmax GRANULARITY 1,
     INDEX idx_instance Instance TYPE set(256) GRANULARITY 4,
@@ -344,16 +354,7 @@ SETTINGS index_granularity = 256, ttl_only_drop_parts = 1{dedup}""",
             f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.token_timelines + '_mv', local=True)}\
 {opts.on_cluster}
 TO {opts.table(t.token_timelines, local=True)}
-AS SELECT
-    TraceId,
-    SpanId,
-    ServiceName,
-    {span_attr(attr.GEN_AI_REQUEST_MODEL)} AS Model,
-    {span_attr(attr.INSTANCE)} AS Instance,
-    Timestamp,
-    {span_attr(attr.TOKEN_OFFSETS_US)} AS OffsetsUs
-FROM {opts.table(t.traces, local=True)}
-WHERE mapContains(SpanAttributes, {literal(attr.TOKEN_OFFSETS_US)})""",
+AS {_timeline_select(opts.table(t.traces, local=True), HAS_TIMELINE)}""",
             f"""CREATE VIEW IF NOT EXISTS {opts.table(t.token_events)}{opts.on_cluster}
 AS SELECT
     TraceId,
@@ -371,6 +372,60 @@ ARRAY JOIN
     offsets AS offset,
     arrayDifference(offsets) AS gap,
     arrayEnumerate(offsets) AS index"""]
+
+
+def _timeline_select(source: str, where: str) -> str:
+    """A ``token_timelines`` row from a span that holds its timeline in ``SpanAttributes``."""
+    return f"""SELECT
+    TraceId,
+    SpanId,
+    ServiceName,
+    {span_attr(attr.GEN_AI_REQUEST_MODEL)} AS Model,
+    {span_attr(attr.INSTANCE)} AS Instance,
+    Timestamp,
+    {span_attr(attr.TOKEN_OFFSETS_US)} AS OffsetsUs
+FROM {source}
+WHERE {where}"""
+
+
+HAS_TIMELINE = f"mapContains(SpanAttributes, {literal(attr.TOKEN_OFFSETS_US)})"
+# A kept timeline that leaves otel_traces at intake: the span carries the summary our tracer writes beside
+# it, so the promoted TokenGapMaxMs and TokenStallOffsetMs never need the offsets themselves.
+MOVED_TIMELINE = (f"{HAS_TIMELINE} AND mapContains(SpanAttributes, {literal(attr.TOKEN_GAP_MAX_MS)}) "
+                  f"AND mapContains(SpanAttributes, {literal(attr.TOKEN_STALL_OFFSET_MS)})")
+
+
+def trace_intake(opts: SchemaOptions) -> list[str]:
+    """Where our receiver inserts: a Null table with the exporter's columns and two views on it.
+
+    Measured (benchmarks/pipeline_e2e.py, every request span with a 256-token timeline, ~2 KiB of
+    JSON): storing each timeline twice, in otel_traces' ``SpanAttributes`` and in ``llm_token_timelines``,
+    was about a third of ClickHouse's CPU per span, most of it in writing and merging the big map
+    column. So a timeline that comes with its summary is stored once, in ``llm_token_timelines``: the
+    first view writes the span into otel_traces without ``llm.token.offsets_us``, the second writes
+    the timeline row. otel_traces' own views (trace id lookup, rollup) run on what the first writes.
+    The OTel Collector, or anyone inserting into otel_traces directly, keeps the attribute in the map
+    and ``llm_token_timelines_mv`` copies it as before, so ``llm_token_events`` reads the same for both.
+    """
+    t = opts.tables
+    columns = ",\n    ".join(f"`{c}`" for c in EXPORTER_INSERT_COLUMNS if c != "SpanAttributes")
+    stripped = (f"if({MOVED_TIMELINE}, mapFilter((k, v) -> k != {literal(attr.TOKEN_OFFSETS_US)}, SpanAttributes), "
+                "SpanAttributes)")
+    intake = opts.table(t.trace_intake, local=True)
+    return [f"""CREATE TABLE IF NOT EXISTS {intake}{opts.on_cluster} (
+{EXPORTER_COLUMNS.rstrip().rstrip(",")}
+) ENGINE = Null""",
+            *opts.distributed(t.trace_intake, "cityHash64(TraceId)"),
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.traces + '_mv', local=True)}{opts.on_cluster}
+TO {opts.table(t.traces, local=True)}
+AS SELECT
+    {columns},
+    {stripped} AS SpanAttributes
+FROM {intake}""",
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.token_timelines + '_intake_mv', local=True)}\
+{opts.on_cluster}
+TO {opts.table(t.token_timelines, local=True)}
+AS {_timeline_select(intake, MOVED_TIMELINE)}"""]
 
 
 def per_token_events(opts: SchemaOptions) -> list[str]:

@@ -69,6 +69,8 @@ MIGRATIONS = (
               ddl.token_events_upgrade, run=_token_timelines_upgrade),
     Migration(6, "timing and token columns also read vLLM's own span attributes and the GenAI cache name",
               ddl.fallback_columns),
+    Migration(7, "our receiver inserts into otel_traces_intake: a timeline with its summary is stored once, "
+                 "in llm_token_timelines", ddl.trace_intake),
 )
 
 def ttl_columns(tables: ddl.Tables) -> dict[str, tuple[str, str]]:

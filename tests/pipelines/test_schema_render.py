@@ -30,9 +30,13 @@ def test_cluster_rendering():
     statements = render(SchemaOptions(database="obs", cluster="llm"))
     assert all(" ON CLUSTER `llm`" in s for s in statements)
     tables = [s for s in statements if s.startswith("CREATE TABLE") and "Distributed(" not in s]
-    assert tables and all(re.search(r"ENGINE = Replicated\w*MergeTree\('/clickhouse/tables/\{shard\}/obs/", s)
-                          for s in tables)
-    for name in (TABLES.traces, TABLES.trace_id_ts, TABLES.token_timelines, TABLES.requests_1m):
+    stored = [s for s in tables if not s.endswith("ENGINE = Null")]
+    assert stored and all(re.search(r"ENGINE = Replicated\w*MergeTree\('/clickhouse/tables/\{shard\}/obs/", s)
+                          for s in stored)
+    # The intake stores nothing: one Null table per shard, behind a Distributed one like the others.
+    assert [s.split(" (")[0] for s in tables if s.endswith("ENGINE = Null")] == [
+        "CREATE TABLE IF NOT EXISTS `obs`.`otel_traces_intake_local` ON CLUSTER `llm`"]
+    for name in (TABLES.traces, TABLES.trace_id_ts, TABLES.token_timelines, TABLES.requests_1m, TABLES.trace_intake):
         distributed = [s for s in statements if s.startswith(f"CREATE TABLE IF NOT EXISTS `obs`.`{name}` ON CLUSTER")]
         assert len(distributed) == 1 and f"ENGINE = Distributed('llm', 'obs', '{name}_local'" in distributed[0]
     # Version 6 gives the shards' tables and the Distributed one the same column expressions.
@@ -40,10 +44,11 @@ def test_cluster_rendering():
     assert altered == ["ALTER TABLE `obs`.`otel_traces_local` ON CLUSTER `llm`",
                        "ALTER TABLE `obs`.`otel_traces` ON CLUSTER `llm`"]
     views = [s for s in statements if "MATERIALIZED VIEW" in s]
-    assert len(views) == 3
+    assert len(views) == 5
     # Materialized views read and write the per-shard tables: each shard explodes its own inserts.
-    assert all(re.search(r"FROM `obs`\.`otel_traces_local`", v) and re.search(r"TO `obs`\.`\w+_local`", v)
+    assert all(re.search(r"FROM `obs`\.`otel_traces(_intake)?_local`", v) and re.search(r"TO `obs`\.`\w+_local`", v)
                for v in views)
+    assert sum("FROM `obs`.`otel_traces_intake_local`" in v for v in views) == 2
 
 
 def test_hostile_names_are_quoted():

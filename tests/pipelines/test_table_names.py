@@ -51,7 +51,8 @@ def test_renamed_tables_migrate_write_and_query(clickhouse_server, clickhouse_da
     created = {r[0] for r in admin.query("SELECT name FROM system.tables WHERE database = {db:String}",
                                          parameters={"db": db}).result_rows}
     assert created == {"ml_spans", "ml_spans_trace_id_ts", "ml_spans_trace_id_ts_mv", "ml_timelines",
-                       "ml_timelines_mv", "ml_tokens", "ml_minutes", "ml_minutes_mv", "ml_schema_versions"}
+                       "ml_timelines_mv", "ml_tokens", "ml_minutes", "ml_minutes_mv", "ml_schema_versions",
+                       "ml_spans_intake", "ml_spans_mv", "ml_timelines_intake_mv"}
     # Run again: the applied versions are read back from the renamed migrations table.
     assert migrations.migrate(admin, SchemaOptions.from_config(config, db)) == []
 
