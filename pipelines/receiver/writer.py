@@ -375,5 +375,10 @@ class Writer:
 
 
 def batch_token(framed: bytes) -> str:
-    """The deduplication token: a digest of the batch's bytes, stable across retries, replays and restarts."""
-    return hashlib.blake2b(framed, digest_size=16).hexdigest()
+    """The deduplication token: a digest of the batch's bytes, stable across retries, replays and restarts.
+
+    SHA-256 (128 of its bits): with the CPUs' SHA extensions it runs at ~1.7 GB/s where BLAKE2b ran
+    at ~0.86 (measured here), and it passes over every byte of every batch (BLAKE2b was 17% of the
+    receiver's CPU with timelines, py-spy on pipeline_e2e). A spooled batch keeps the token it was given.
+    """
+    return hashlib.sha256(framed).hexdigest()[:32]
