@@ -9,7 +9,7 @@ PYTHON ?= python3
 # bounds), constraints.txt says which exact versions CI ran, so `make demo` next year installs those.
 LOCK := constraints.txt
 
-$(VENV)/.installed: pyproject.toml setup.py $(LOCK)
+$(VENV)/.installed: pyproject.toml setup.py instrumentation/_ctimeline.c $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade -c $(LOCK) pip setuptools wheel
 	$(PY) -m pip install -q -c $(LOCK) -e '.[test]'

@@ -56,9 +56,15 @@ class Ending:
     response_model: str | None = None
     response_id: str | None = None
     client_retry: bool = False
-    gaps_ns: list[int] | None = None  # between consecutive kept readings (two or more, not rejected)
+    analysis: timeline.Analysis | None = None  # the summary, the gaps per bucket, the kept offsets (:meth:`analyze`)
     reason: str = sampling.NOT_KEPT  # the tail-sampling decision
     offsets_us: list[int] | None = field(default=None)  # the kept timeline, None when not kept
+
+    def analyze(self, start_ns: int, gap_bounds_ns: tuple[float, ...]) -> None:
+        """After the sampling decision: the timeline's summary and gap counts, and the offsets when kept."""
+        keep = self.reason != sampling.NOT_KEPT and bool(self.times)
+        self.analysis = timeline.analyze(self.times, start_ns, gap_bounds_ns, keep)
+        self.offsets_us = self.analysis.offsets_us
 
     @property
     def count(self) -> int:
@@ -92,5 +98,3 @@ class Ending:
             self.tpot_s = (times[-1] - times[0]) / 1e9 / (max(count, produced or 0) - 1)
         elif produced and produced >= 2 and self.ttft_s is not None:
             self.tpot_s = (self.e2e_s - self.ttft_s) / (produced - 1)
-        if count >= 2 and not self.rejected:
-            self.gaps_ns = timeline.gaps_ns(times)

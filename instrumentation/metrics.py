@@ -122,6 +122,11 @@ class RequestMetrics:
         with self.lock:
             cell[0] += 1
 
+    @property
+    def gap_bounds_ns(self) -> tuple[float, ...]:
+        """The inter-token histogram's bounds in nanoseconds (what :func:`timeline.analyze` counts into)."""
+        return self.inter_token.scaled_bounds(1e-9)
+
     def observe_gaps_ns(self, bundle: LabelBundle, gaps_ns: Sequence[int], total_ns: int | None = None) -> None:
         """Inter-token gaps of one request, in nanoseconds, observed in one call (``total_ns``: their
         sum, i.e. last token time minus first, when known)."""
@@ -174,5 +179,8 @@ class RequestMetrics:
                 bundle.cached_input_tokens[0] += ending.cached_input_tokens
             if ending.produced:
                 bundle.output_tokens[0] += ending.produced
-        if not rejected and ending.gaps_ns:
-            self.observe_gaps_ns(bundle, ending.gaps_ns, ending.times[-1] - ending.times[0])
+        counts = ending.analysis.gap_counts if ending.analysis is not None else None
+        if not rejected and counts:
+            if bundle.inter_token is None:
+                bundle.inter_token = self.inter_token.cell(bundle.labels)
+            self.inter_token.observe_counts(bundle.inter_token, counts, (ending.times[-1] - ending.times[0]) * 1e-9)

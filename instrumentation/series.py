@@ -126,15 +126,20 @@ class Family:
         """
         if not values:
             return
-        ordered = sorted(values)
-        cumulative = [bisect_right(ordered, bound) for bound in self._scaled_bounds(scale)]
-        counts = [cumulative[0]] + [b - a for a, b in pairwise(cumulative)] + [len(ordered) - cumulative[-1]]
-        total = (sum(ordered) if total is None else total) * scale
+        counts = bucket_counts(values, self._scaled_bounds(scale))
+        self.observe_counts(cell, counts, (sum(values) if total is None else total) * scale)
+
+    def observe_counts(self, cell: Cell, counts: Sequence[int], total: float) -> None:
+        """Add values already counted per bucket (:func:`bucket_counts` over :meth:`scaled_bounds`) and their sum."""
         with self.lock:
             for index, count in enumerate(counts):
                 if count:
                     cell[index] += count
             cell[-1] += total
+
+    def scaled_bounds(self, scale: float) -> tuple[float, ...]:
+        """The bucket bounds in units of ``scale`` (nanoseconds for 1e-9), as :meth:`observe_many` bisects them."""
+        return tuple(float(bound) for bound in self._scaled_bounds(scale))
 
     def _scaled_bounds(self, scale: float) -> list[float]:
         bounds = self._scaled.get(scale)
@@ -194,3 +199,10 @@ class Family:
         family = self.signal.family(self.labelnames)
         yield RenderedFamily(family.name, family.documentation, family.type,
                              exposition=lambda: self._exposition(values), samples=lambda: self._samples(keys, values))
+
+
+def bucket_counts(values: Sequence[float], bounds: Sequence[float]) -> list[int]:
+    """How many ``values`` fall in each bucket: ``<= bounds[0]``, each next bound, then above the last."""
+    ordered = sorted(values)
+    cumulative = [bisect_right(ordered, bound) for bound in bounds]
+    return [cumulative[0], *(b - a for a, b in pairwise(cumulative)), len(ordered) - cumulative[-1]]

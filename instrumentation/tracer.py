@@ -470,7 +470,7 @@ class RequestContext:
         return False
 
     def _end(self, outcome: str, **details: Any) -> RequestSummary:
-        """End the request once: its metrics, then the tail-sampling decision, then its spans."""
+        """End the request once: the tail-sampling decision, then its metrics and its spans."""
         if self._summary is not None:
             return self._summary
         check_details(details)
@@ -480,8 +480,9 @@ class RequestContext:
         metrics = self._tracer.metrics
         if ending.truncated:
             metrics.count_truncated(self.model)
-        metrics.record_end(metrics.bundle(self.model, self.instance, self.pool, self.strategy), ending)
         self._decide(ending)
+        ending.analyze(self._start_ns, metrics.gap_bounds_ns)
+        metrics.record_end(metrics.bundle(self.model, self.instance, self.pool, self.strategy), ending)
         self._end_spans(ending)
         self._summary = RequestSummary(outcome, ending.finish_reason, ending.ttft_s, ending.e2e_s, self._queue_s,
                                        ending.count, self.attempt + 1, ending.reason, ending.offsets_us,
@@ -503,7 +504,7 @@ class RequestContext:
         return ending
 
     def _decide(self, ending: Ending) -> None:
-        """Tail sampling: keep the timeline only for the requests that matter (sets reason and offsets)."""
+        """Tail sampling: keep the timeline only for the requests that matter (sets the reason)."""
         if ending.rejected:
             reason = sampling.NOT_KEPT
         else:
@@ -515,8 +516,6 @@ class RequestContext:
                     reason = sampling.NOT_KEPT  # the head ratio already drew this request's lot
         self._tracer.metrics.count_timeline(self.model, reason)
         ending.reason = reason
-        if reason != sampling.NOT_KEPT and ending.times:
-            ending.offsets_us = timeline.offsets_us(ending.times, self._start_ns)
 
     def _end_spans(self, ending: Ending) -> None:
         if self._recording:
@@ -588,7 +587,7 @@ class RequestContext:
         self._upstream.set_attributes(values)
 
     def _record_span(self, ending: Ending, usage: dict[str, Any]) -> None:
-        summary = timeline.summarize(ending.times, self._start_ns, ending.gaps_ns)
+        summary, offsets_json = ending.analysis.summary, ending.analysis.offsets_json
         values: dict[str, Any] = {
             attr.REQUEST_OUTCOME: ending.outcome,
             attr.SAMPLING_REASON: ending.reason,
@@ -610,7 +609,7 @@ class RequestContext:
             attr.TOKEN_GAP_MAX_MS: summary.gap_max_ms,
             attr.TOKEN_STALL_INDEX: summary.stall_index,
             attr.TOKEN_STALL_OFFSET_MS: summary.stall_offset_ms,
-            attr.TOKEN_OFFSETS_US: timeline.offsets_json(ending.offsets_us) if ending.offsets_us is not None else None,
+            attr.TOKEN_OFFSETS_US: offsets_json,
             attr.TOKEN_TRUNCATED: True if ending.truncated else None,
         }
         values.update((key, value) for key, value in optional.items() if value is not None)

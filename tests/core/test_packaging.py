@@ -17,7 +17,7 @@ def test_wheel_maps_component_folders(tmp_path):
     source = tmp_path / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         ".venv", ".venv-vllm", ".git", ".infersight", "build", "*.egg-info", "__pycache__", ".pytest_cache",
-        ".ruff_cache"))
+        ".ruff_cache", "*.so"))
     out = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(out), str(source)], check=True, capture_output=True)
@@ -28,6 +28,8 @@ def test_wheel_maps_component_folders(tmp_path):
                     "infersight/dashboards/__init__.py", "infersight/alerts/__init__.py"):
         assert package in names, sorted(names)[:20]
     assert not any(name.startswith(("collectors/", "tests/")) for name in names)
+    # The token timeline's C pass, compiled by the build (setup.py's optional extension).
+    assert any(name.startswith("infersight/instrumentation/_ctimeline.") and name.endswith(".so") for name in names)
 
 
 def _pins(lock: str) -> dict[str, str]:
