@@ -5,9 +5,14 @@
  * that builds a list of Python ints); this does all of it in one loop over C integers. timeline.py
  * keeps the same work in Python and uses it when this extension is not built; the tests check that
  * both give identical results.
+ *
+ * Recorder is the hot path's buffer: ``token()`` reads CLOCK_MONOTONIC (time.perf_counter_ns's clock
+ * on Linux) and stores it, a C call with no Python frame; it keeps the last ``max_tokens`` readings
+ * (a ring once full, as the deque with a maxlen it replaces) and the first one apart.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <time.h>
 
 /* The decimal digits of value at p, as "%lld" writes them (sprintf is ~10x slower: locale and format parsing). */
 static char *write_int(char *p, long long value) {
@@ -125,6 +130,152 @@ done:
     return result;
 }
 
+
+typedef struct {
+    PyObject_HEAD
+    long long *buf;
+    Py_ssize_t cap;       /* readings kept at most (max_tokens) */
+    Py_ssize_t alloc;     /* slots allocated (grows by doubling up to cap) */
+    long long total;      /* readings ever stored */
+    long long first;
+} Recorder;
+
+static int recorder_store(Recorder *r, long long value) {
+    if (r->total < r->cap) {
+        if (r->total == r->alloc) {
+            Py_ssize_t alloc = r->alloc ? r->alloc * 2 : 64;
+            if (alloc > r->cap) alloc = r->cap;
+            long long *buf = PyMem_Realloc(r->buf, alloc * sizeof(long long));
+            if (!buf) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            r->buf = buf;
+            r->alloc = alloc;
+        }
+        r->buf[r->total] = value;
+    } else {
+        r->buf[r->total % r->cap] = value;
+    }
+    if (r->total == 0) r->first = value;
+    r->total++;
+    return 0;
+}
+
+static int recorder_init(Recorder *r, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"max_tokens", NULL};
+    Py_ssize_t cap;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n", names, &cap)) return -1;
+    if (cap < 1) {
+        PyErr_Format(PyExc_ValueError, "max_tokens must be at least 1, got %zd", cap);
+        return -1;
+    }
+    PyMem_Free(r->buf);
+    r->buf = NULL;
+    r->cap = cap;
+    r->alloc = 0;
+    r->total = 0;
+    return 0;
+}
+
+static void recorder_dealloc(Recorder *r) {
+    PyMem_Free(r->buf);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyObject *recorder_token(Recorder *r, PyObject *unused) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (recorder_store(r, (long long)now.tv_sec * 1000000000LL + now.tv_nsec) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *recorder_append(Recorder *r, PyObject *value) {
+    int overflow = 0;
+    long long ns = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "token time out of range of a 64-bit integer");
+        return NULL;
+    }
+    if (ns == -1 && PyErr_Occurred()) return NULL;
+    if (recorder_store(r, ns) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *recorder_extend(Recorder *r, PyObject *iterable) {
+    PyObject *it = PyObject_GetIter(iterable), *item;
+    if (!it) return NULL;
+    while ((item = PyIter_Next(it))) {
+        PyObject *ok = recorder_append(r, item);
+        Py_DECREF(item);
+        if (!ok) {
+            Py_DECREF(it);
+            return NULL;
+        }
+        Py_DECREF(ok);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* readings() -> (the last max_tokens readings in order, whether earlier ones were dropped) */
+static PyObject *recorder_readings(Recorder *r, PyObject *unused) {
+    Py_ssize_t n = r->total < r->cap ? (Py_ssize_t)r->total : r->cap;
+    Py_ssize_t oldest = r->total < r->cap ? 0 : (Py_ssize_t)(r->total % r->cap);
+    PyObject *list = PyList_New(n);
+    if (!list) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyLong_FromLongLong(r->buf[(oldest + i) % r->cap]);
+        if (!value) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, value);
+    }
+    return Py_BuildValue("(NO)", list, r->total > r->cap ? Py_True : Py_False);
+}
+
+static PyObject *recorder_first(Recorder *r, void *closure) {
+    if (r->total == 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(r->first);
+}
+
+static PyObject *recorder_maxlen(Recorder *r, void *closure) { return PyLong_FromSsize_t(r->cap); }
+
+static Py_ssize_t recorder_len(Recorder *r) { return r->total < r->cap ? (Py_ssize_t)r->total : r->cap; }
+
+static PyMethodDef recorder_methods[] = {
+    {"token", (PyCFunction)recorder_token, METH_NOARGS, "Store this moment's CLOCK_MONOTONIC reading (perf_counter_ns)."},
+    {"append", (PyCFunction)recorder_append, METH_O, "Store a reading (a perf_counter_ns value)."},
+    {"extend", (PyCFunction)recorder_extend, METH_O, "Store every reading of an iterable."},
+    {"readings", (PyCFunction)recorder_readings, METH_NOARGS,
+     "(the last max_tokens readings in order, whether earlier ones were dropped)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef recorder_getset[] = {
+    {"first", (getter)recorder_first, NULL, "the first reading, kept or not; None before any", NULL},
+    {"maxlen", (getter)recorder_maxlen, NULL, "readings kept at most", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods recorder_sequence = {.sq_length = (lenfunc)recorder_len};
+
+static PyTypeObject RecorderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "infersight.instrumentation._ctimeline.Recorder",
+    .tp_doc = "Recorder(max_tokens): a request's token times, the last max_tokens of them and the first.",
+    .tp_basicsize = sizeof(Recorder),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)recorder_init,
+    .tp_dealloc = (destructor)recorder_dealloc,
+    .tp_methods = recorder_methods,
+    .tp_getset = recorder_getset,
+    .tp_as_sequence = &recorder_sequence,
+};
+
 static PyMethodDef methods[] = {
     {"analyze", analyze, METH_VARARGS,
      "analyze(times, start_ns, bounds, keep) -> (gap_max_ns, stall_index, stall_offset_ns, counts, offsets, json)"},
@@ -133,4 +284,15 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ctimeline", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__ctimeline(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__ctimeline(void) {
+    if (PyType_Ready(&RecorderType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&RecorderType);
+    if (PyModule_AddObject(m, "Recorder", (PyObject *)&RecorderType) < 0) {
+        Py_DECREF(&RecorderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,30 +1,31 @@
 """The token timeline: token times recorded in the hot path, summarized at request end.
 
-Recording is one ``append(perf_counter_ns())`` per token into a ``collections.deque`` with a
-``maxlen`` (benchmarks/instrumentation_timeline.py measures it against a bare ``list.append`` and
-OTel span events). The bound costs nothing per token: the deque drops its oldest entry in C when
-full, where a Python-level length check would add ~20 ns (measured: 1.6x a bare append instead of
-1.4x). So a runaway stream holds at most ``max_tokens`` readings (~40 bytes each) and keeps the
-*last* ones, where the stall before a timeout lies; the tracer notes the first token's time
-separately, counts the truncation and marks the span. Measured alternatives that lost:
-``array('q').append`` is ~50 ns slower per token (it converts each int to a C long), and a
-preallocated buffer written by index is slower still. Everything else (offsets, gaps, the longest
-stall, the inter-token histogram, the JSON text of a kept timeline) is computed once, at request end.
+Recording is one C call per token, ``Recorder.token()`` (instrumentation/_ctimeline.c): it reads
+CLOCK_MONOTONIC, ``time.perf_counter_ns``'s clock, and stores it as a C integer, with no Python frame
+(benchmarks/instrumentation_timeline.py measures it against a bare ``list.append(perf_counter_ns())``
+and OTel span events). It keeps the last ``max_tokens`` readings (a ring once full: a runaway stream
+holds at most 8 bytes a token, and the *last* ones, where the stall before a timeout lies) and the
+first reading apart, for the TTFT; the tracer counts the truncation and marks the span. Everything
+else (offsets, gaps, the longest stall, the inter-token histogram, the JSON text of a kept timeline)
+is computed once, at request end, by :func:`analyze` in one C pass. Where the extension is not built
+(no compiler), :class:`PyRecorder` and the Python passes below do the same: a deque with a ``maxlen``
+(its C append drops the oldest entry; a Python-level length check would add ~20 ns a token).
 """
-
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import sub
+from time import perf_counter_ns as _perf_ns
 
 from infersight.instrumentation.series import bucket_counts
 
-try:  # the request-end work in one C pass (_ctimeline.c); the same in Python below when it is not built
+try:  # the hot path and the request-end work in C (_ctimeline.c); the same in Python below when it is not built
+    from infersight.instrumentation._ctimeline import Recorder as _CRecorder
     from infersight.instrumentation._ctimeline import analyze as _c_analyze
 except ImportError:  # pragma: no cover - a build without a C compiler
-    _c_analyze = None
+    _CRecorder = _c_analyze = None
 
 # Readings kept per request by default: 16,384 tokens (~640 KiB at most), above any usual answer.
 DEFAULT_MAX_TOKENS = 16_384
@@ -41,23 +42,49 @@ class TimelineSummary:
     stall_offset_ms: float | None  # when the longest gap started, from request start
 
 
-def new_buffer(max_tokens: int = DEFAULT_MAX_TOKENS) -> deque[int]:
-    """An empty token-time buffer (``perf_counter_ns`` readings) that keeps the last ``max_tokens``.
+class PyRecorder:
+    """The C ``Recorder``'s interface in Python, where the extension is not built: ``token()`` (a
+    ``perf_counter_ns`` reading now), ``append(ns)``, ``extend(readings)``, ``readings()``, ``first``.
 
-    One slot more than the cap, so that a buffer found full at the end tells a truncated stream
-    from one of exactly ``max_tokens`` tokens (see :func:`kept`).
+    A deque with a ``maxlen`` of one slot more than the cap, so that a buffer found full at the end tells
+    a truncated stream from one of exactly ``max_tokens`` tokens.
     """
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-    return deque(maxlen=max_tokens + 1)
+
+    __slots__ = ("_buffer", "first", "append", "extend", "maxlen")
+
+    def __init__(self, max_tokens: int) -> None:
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        self._buffer: deque[int] = deque(maxlen=max_tokens + 1)
+        self.append, self.extend, self.maxlen = self._buffer.append, self._buffer.extend, max_tokens
+        self.first: int | None = None  # noted by token() only; readings() holds the first unless truncated
+
+    def token(self) -> None:
+        now = _perf_ns()
+        self._buffer.append(now)
+        if self.first is None:
+            self.first = now
+
+    def readings(self) -> tuple[list[int], bool]:
+        times = list(self._buffer)
+        return (times[1:], True) if len(times) > self.maxlen else (times, False)
+
+    def __len__(self) -> int:
+        return min(len(self._buffer), self.maxlen)
 
 
-def kept(buffer: deque[int]) -> tuple[list[int], bool]:
+def new_buffer(max_tokens: int = DEFAULT_MAX_TOKENS, compiled: bool = True) -> PyRecorder:
+    """An empty token-time buffer (``perf_counter_ns`` readings) that keeps the last ``max_tokens``:
+    the C ``Recorder`` when the extension is built (``token()`` a C call, no Python frame), else
+    :class:`PyRecorder`; ``compiled=False`` forces Python."""
+    if _CRecorder is not None and compiled:
+        return _CRecorder(max_tokens)
+    return PyRecorder(max_tokens)
+
+
+def kept(buffer: PyRecorder) -> tuple[list[int], bool]:
     """The readings to use (at most ``max_tokens``, the last ones) and whether any were dropped."""
-    times = list(buffer)
-    if buffer.maxlen is not None and len(times) >= buffer.maxlen:
-        return times[1:], True
-    return times, False
+    return buffer.readings()
 
 
 def offsets_us(times_ns: Sequence[int], start_ns: int) -> list[int]:

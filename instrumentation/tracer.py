@@ -178,7 +178,7 @@ class RequestContext:
                  "_times", "_first_token_ns", "_queued_ns", "_queue_s", "_span", "_recording", "_upstream",
                  "attempt", "_backoff_s", "_summary", "request_id", "_scheduled_ns", "_cached_input_tokens",
                  "_route_estimate_ms", "_route_cache_ratio", "_provider", "_stream", "_attempt_ns",
-                 "_parent_context", "_start_attributes", "_client_retry")
+                 "_parent_context", "_start_attributes", "_client_retry", "token")
 
     def __init__(self, tracer: RequestTracer, model: str, operation: str, headers: Mapping[str, str] | None,
                  request_id: str | None, instance: str, pool: str, strategy: str, max_tokens: int | None,
@@ -189,7 +189,10 @@ class RequestContext:
         self.model, self.operation = model, operation
         self.instance, self.pool, self.strategy = instance, pool, strategy
         self._times = timeline.new_buffer(tracer.max_timeline_tokens)
-        self._first_token_ns: int | None = None
+        # token(): the buffer's own reading of perf_counter_ns (a C call); a stand-in clock set on _now
+        # (tests) goes through the Python method instead.
+        self.token: Callable[[], None] = self._times.token if _now is time.perf_counter_ns else self._token_from_now
+        self._first_token_ns: int | None = None  # a mark without a reading (first_token(), tokens())
         self._queued_ns: int | None = None
         self._queue_s: float | None = None
         self._upstream: trace.Span | None = None
@@ -359,31 +362,25 @@ class RequestContext:
         self._tracer.metrics.count_retry((self.model, self.instance, self.pool, self.strategy))
 
     # -- token stream (hot path) --------------------------------------------------------------------
-    def token(self) -> None:
-        """One output token (or one streamed chunk) arrived now. About 100 ns: one append.
-
-        The first call also notes the first token's time (a truncated buffer no longer holds it)
-        and turns this context into a :class:`_Streaming` one, whose ``token`` is the bare append:
-        no check per token.
-        """
-        now = _now()
-        self._times.append(now)
-        if self._first_token_ns is None:
-            self._first_token_ns = now
-        if self.__class__ is RequestContext:  # (a reference taken before the switch keeps coming here)
-            self.__class__ = _Streaming
+    # ``req.token()``: one output token (or one streamed chunk) arrived now. An attribute, not a method:
+    # the timeline buffer's own C ``token`` (see timeline.py), so a token costs one C call and no Python
+    # frame (benchmarks/instrumentation_timeline.py); the buffer notes the first reading apart.
+    def _token_from_now(self) -> None:
+        self._times.append(_now())
 
     def token_sink(self) -> Callable[[int], None]:
-        """The raw hot path for tight loops, about 40 ns cheaper per token than :meth:`token`::
+        """The buffer's append, for readings taken elsewhere (a replay, a batch of chunk times)::
 
             record = req.token_sink()
             for chunk in stream:
                 record(time.perf_counter_ns())   # must be perf_counter_ns: the tracer's clock
 
+        Where the reading is now, ``req.token()`` is cheaper (no Python call for the clock).
         Readings from another clock are detected at the end (outside the request's time span),
-        logged, and the timeline is discarded rather than exported as nonsense. The sink does not
-        note the first token's time: call :meth:`first_token` with the first one if a stream may
-        exceed ``max_timeline_tokens`` (beyond it the buffer keeps only the last readings).
+        logged, and the timeline is discarded rather than exported as nonsense. Without the C
+        extension the sink does not note the first token's time: call :meth:`first_token` with the
+        first one if a stream may exceed ``max_timeline_tokens`` (beyond it the buffer keeps only the
+        last readings).
         """
         return self._times.append
 
@@ -490,17 +487,19 @@ class RequestContext:
         return self._summary
 
     def _ending(self, outcome: str, end_ns: int, details: dict[str, Any]) -> Ending:
+        first_reading = self._times.first
         times, truncated = timeline.kept(self._times)
         if times and (times[0] < self._start_ns or times[-1] > end_ns):
             log.warning("%s: token times outside the request (not time.perf_counter_ns readings?); "
                         "timeline discarded", self.model)
-            times, truncated = [], False
+            times, truncated, first_reading = [], False, None
         self._times = times  # a plain list from here on
         ending = Ending(outcome, end_ns, (end_ns - self._start_ns) / 1e9, times, truncated, queue_s=self._queue_s,
                         client_retry=self._client_retry, **details)
         if ending.cached_input_tokens is None:
             ending.cached_input_tokens = self._cached_input_tokens
-        ending.measure(self._start_ns, self._first_token_ns)
+        marks = [mark for mark in (self._first_token_ns, first_reading) if mark is not None]
+        ending.measure(self._start_ns, min(marks) if marks else None)
         return ending
 
     def _decide(self, ending: Ending) -> None:
@@ -618,12 +617,3 @@ class RequestContext:
         self._span.set_attributes(values)
         if ending.failed:
             self._span.set_status(Status(StatusCode.ERROR, ending.message or ending.error_type))
-
-
-class _Streaming(RequestContext):
-    """A request past its first token: :meth:`token` is the bare append (see ``RequestContext.token``)."""
-
-    __slots__ = ()
-
-    def token(self) -> None:
-        self._times.append(_now())

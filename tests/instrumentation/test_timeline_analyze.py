@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -64,3 +65,35 @@ def test_refuses_what_is_not_a_reading():
         timeline.analyze([1, "2"], 0, BOUNDS_NS, keep=True)
     with pytest.raises(OverflowError):
         timeline.analyze([1, 2**70], 0, BOUNDS_NS, keep=False)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_buffer_keeps_the_last_readings_and_the_first(compiled):
+    if compiled and not built:
+        pytest.skip("the C extension is not built here")
+    buffer = timeline.new_buffer(4, compiled=compiled)
+    assert (len(buffer), buffer.first, buffer.readings()) == (0, None, ([], False))
+    before = time.perf_counter_ns()
+    buffer.token()  # perf_counter_ns's clock (CLOCK_MONOTONIC), read where the token arrives
+    after = time.perf_counter_ns()
+    [reading], truncated = buffer.readings()
+    assert before <= reading <= after and buffer.first == reading and not truncated
+    buffer.extend([after + 1, after + 2, after + 3])
+    assert buffer.readings() == ([reading, after + 1, after + 2, after + 3], False)  # exactly the cap
+    for n in range(4, 11):
+        buffer.append(after + n)
+    assert buffer.readings() == ([after + 7, after + 8, after + 9, after + 10], True)
+    assert len(buffer) == 4 and buffer.maxlen == 4 and buffer.first == reading
+    with pytest.raises(ValueError, match="max_tokens"):
+        timeline.new_buffer(0, compiled=compiled)
+
+
+def test_the_c_buffer_refuses_what_is_not_a_reading():
+    if not built:
+        pytest.skip("the C extension is not built here")
+    buffer = timeline.new_buffer(4)
+    with pytest.raises(TypeError):
+        buffer.append("soon")
+    with pytest.raises(OverflowError):
+        buffer.append(2**64)
+    assert buffer.readings() == ([], False)
