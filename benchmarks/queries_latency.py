@@ -104,7 +104,7 @@ def baseline_schema(database: str) -> list[str]:
     lines = [line for line in create.splitlines()
              if " MATERIALIZED " not in line and not any(ix in line for ix in ("idx_instance", "idx_ttft", "idx_gap",
                                                                                 "idx_timestamp"))]
-    tokens = ddl.token_events(plain)[0].replace("ORDER BY (TraceId, SpanId, TokenIndex)",
+    tokens = ddl.per_token_events(plain)[0].replace("ORDER BY (TraceId, SpanId, TokenIndex)",
                                                 "ORDER BY (ServiceName, Timestamp)")
     return [f"CREATE DATABASE IF NOT EXISTS `{database}`", "\n".join(lines), tokens]
 
@@ -271,7 +271,8 @@ def run(server: ClickHouseServer, args) -> int:
     columns = ", ".join(ddl.EXPORTER_INSERT_COLUMNS[:15])
     client.command(f"INSERT INTO `{before}`.otel_traces ({columns}) SELECT {columns} FROM `{after}`.otel_traces")
     client.command(f"INSERT INTO `{before}`.llm_token_events SELECT * FROM `{after}`.llm_token_events")
-    for table in (f"`{after}`.otel_traces", f"`{after}`.llm_token_events", f"`{after}`.llm_requests_1m",
+    timelines = ddl.DEFAULT_TABLES.token_timelines  # llm_token_events is a view over it (schema version 5)
+    for table in (f"`{after}`.otel_traces", f"`{after}`.{timelines}", f"`{after}`.llm_requests_1m",
                   f"`{after}`.otel_traces_trace_id_ts", f"`{before}`.otel_traces", f"`{before}`.llm_token_events"):
         client.command(f"OPTIMIZE TABLE {table} FINAL")  # steady state: merged parts, as after a while
 
