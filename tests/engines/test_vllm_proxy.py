@@ -5,6 +5,7 @@ client that disconnects."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -85,8 +86,6 @@ def test_client_disconnect_is_cancelled_and_vllm_stops(stack, vllm):
         return sum(s.value for f in text_string_to_metric_families(vllm.metrics_text()) for s in f.samples
                    if s.name == name)
 
-    generated_before = engine("vllm:generation_tokens_total")
-
     async def leave_early():
         import openai
 
@@ -101,14 +100,22 @@ def test_client_disconnect_is_cancelled_and_vllm_stops(stack, vllm):
         await stream.close()
         await api.close()
 
-    asyncio.run(leave_early())
-    span = last_span(stack, 1)
-    assert span.attributes[attr.REQUEST_OUTCOME] == "cancelled"
-    # The proxy closed its upstream connection: vLLM stopped generating for nobody.
-    import time
+    def settled() -> None:
+        deadline = time.monotonic() + 60
+        while engine("vllm:num_requests_running") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert engine("vllm:num_requests_running") == 0
 
-    deadline = time.monotonic() + 60
-    while engine("vllm:num_requests_running") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert engine("vllm:num_requests_running") == 0
-    assert engine("vllm:generation_tokens_total") - generated_before < 900
+    # The client must leave while vLLM is still generating. On two busy cores the tiny model can write all
+    # 900 tokens and [DONE] into the sockets' buffers before the client's close reaches the proxy: that
+    # answer was delivered, so completed is right, and the round says nothing. Up to three rounds.
+    for attempt in range(1, 4):
+        generated_before = engine("vllm:generation_tokens_total")
+        asyncio.run(leave_early())
+        span = last_span(stack, attempt)
+        settled()  # the proxy closed its upstream connection: vLLM stopped generating for nobody
+        generated = engine("vllm:generation_tokens_total") - generated_before
+        if not (span.attributes[attr.REQUEST_OUTCOME] == "success" and generated >= 900):
+            break
+    assert span.attributes[attr.REQUEST_OUTCOME] == "cancelled"
+    assert generated < 900
