@@ -100,6 +100,21 @@ async def requests(vllm, traceparent: str) -> list[tuple[str, object]]:
 
 
 def test_vllm_spans_land_with_the_engines_own_numbers(vllm, vllm_trace_store, clickhouse_server):
+    # Seven requests at once on four sequences: three wait for one, if all seven reach vLLM before the
+    # first four finish. In two fresh-clone CI runs none waited (the cause is not established: the
+    # client's seven sends are one asyncio loop on two cores that vLLM's threads share); here, warm or
+    # cold, three did every time. A burst where nobody waited still checks every span against vLLM's
+    # own numbers, and another one is sent, up to three.
+    for _ in range(3):
+        waited = burst(vllm, vllm_trace_store, clickhouse_server)
+        if waited >= 3:
+            break
+    # Three waited for a sequence, most of their time to first token.
+    assert waited >= 3
+
+
+def burst(vllm, vllm_trace_store, clickhouse_server) -> int:
+    """One burst of seven requests, every span checked; how many spent most of their TTFT queued."""
     wait_for(lambda: engine_values(vllm)["vllm:num_requests_running"] == 0, "idle vLLM")
     before = engine_values(vllm)
     trace_id, parent_id = uuid.uuid4().hex, uuid.uuid4().hex[:16]
@@ -133,9 +148,8 @@ def test_vllm_spans_land_with_the_engines_own_numbers(vllm, vllm_trace_store, cl
     assert sum(s["TtftMs"] for s in stored.values()) / 1000 == pytest.approx(increase(TTFT_SUM), rel=1e-9)
     assert sum(s["QueueMs"] for s in stored.values()) / 1000 == pytest.approx(increase(QUEUE_SUM), rel=1e-9)
     assert sum(s["TpotMs"] for s in stored.values()) / 1000 == pytest.approx(increase(TPOT_SUM), rel=1e-9)
-    # Seven requests on four sequences: three waited for a sequence, most of their time to first token.
-    assert sum(1 for s in stored.values() if s["QueueMs"] > s["TtftMs"] / 2) >= 3
     input_tokens = sum(s["InputTokens"] for s in stored.values())
     output_tokens = sum(s["OutputTokens"] for s in stored.values())
     assert input_tokens == increase(PROMPT_SUM) == increase("vllm:prompt_tokens_total")
     assert output_tokens == increase(GENERATION_SUM) == increase("vllm:generation_tokens_total")
+    return sum(1 for s in stored.values() if s["QueueMs"] > s["TtftMs"] / 2)
