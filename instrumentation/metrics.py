@@ -127,13 +127,12 @@ class RequestMetrics:
         """The inter-token histogram's bounds in nanoseconds (what :func:`timeline.analyze` counts into)."""
         return self.inter_token.scaled_bounds(1e-9)
 
-    def observe_gaps_ns(self, bundle: LabelBundle, gaps_ns: Sequence[int], total_ns: int | None = None) -> None:
-        """Inter-token gaps of one request, in nanoseconds, observed in one call (``total_ns``: their
-        sum, i.e. last token time minus first, when known)."""
-        if gaps_ns:
-            if bundle.inter_token is None:
-                bundle.inter_token = self.inter_token.cell(bundle.labels)
-            self.inter_token.observe_many(bundle.inter_token, gaps_ns, scale=1e-9, total=total_ns)
+    def observe_gap_counts(self, bundle: LabelBundle, counts: Sequence[int], total_ns: int) -> None:
+        """One request's inter-token gaps, already counted per bucket of :attr:`gap_bounds_ns`
+        (:func:`timeline.analyze`), and their sum (last token time minus first), in one call."""
+        if bundle.inter_token is None:
+            bundle.inter_token = self.inter_token.cell(bundle.labels)
+        self.inter_token.observe_counts(bundle.inter_token, counts, total_ns * 1e-9)
 
     def record_end(self, bundle: LabelBundle, ending: Ending) -> None:
         """Every metric a finished request moves, sampled or not: in-flight, outcome, latencies,
@@ -181,6 +180,4 @@ class RequestMetrics:
                 bundle.output_tokens[0] += ending.produced
         counts = ending.analysis.gap_counts if ending.analysis is not None else None
         if not rejected and counts:
-            if bundle.inter_token is None:
-                bundle.inter_token = self.inter_token.cell(bundle.labels)
-            self.inter_token.observe_counts(bundle.inter_token, counts, (ending.times[-1] - ending.times[0]) * 1e-9)
+            self.observe_gap_counts(bundle, counts, ending.times[-1] - ending.times[0])

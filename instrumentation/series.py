@@ -74,7 +74,7 @@ class Family:
         # number (its line end: _tail) opens the next child's first piece.
         self._tail = b"\n" if self.histogram else b".0\n"
         self._pieces: list[bytes] = []
-        self._scaled: dict[float, list[float]] = {1.0: self.bounds}
+        self._scaled: dict[float, tuple[float, ...]] = {1.0: tuple(float(b) for b in self.bounds)}
         # Guards creation here and every cell update by the owner (one lock for a set of families).
         self.lock = lock if lock is not None else threading.Lock()
         self._header = self._header_text()
@@ -126,7 +126,7 @@ class Family:
         """
         if not values:
             return
-        counts = bucket_counts(values, self._scaled_bounds(scale))
+        counts = bucket_counts(values, self.scaled_bounds(scale))
         self.observe_counts(cell, counts, (sum(values) if total is None else total) * scale)
 
     def observe_counts(self, cell: Cell, counts: Sequence[int], total: float) -> None:
@@ -138,19 +138,18 @@ class Family:
             cell[-1] += total
 
     def scaled_bounds(self, scale: float) -> tuple[float, ...]:
-        """The bucket bounds in units of ``scale`` (nanoseconds for 1e-9), as :meth:`observe_many` bisects them."""
-        return tuple(float(bound) for bound in self._scaled_bounds(scale))
-
-    def _scaled_bounds(self, scale: float) -> list[float]:
+        """The bucket bounds in units of ``scale`` (nanoseconds for 1e-9), as :meth:`observe_many` counts
+        into them; made once per scale (the tracer asks for them at every request end)."""
         bounds = self._scaled.get(scale)
         if bounds is None:
             # 0.01 / 1e-9 is 9999999.999999998 in floats: snap near-integers so that a gap of
             # exactly 10 ms lands in le="0.01", as prometheus_client would put it.
-            bounds = []
+            snapped = []
             for bound in self.bounds:
                 scaled = bound / scale
-                bounds.append(round(scaled) if abs(scaled - round(scaled)) < 1e-6 * max(1.0, scaled) else scaled)
-            self._scaled[scale] = bounds
+                near = abs(scaled - round(scaled)) < 1e-6 * max(1.0, scaled)
+                snapped.append(float(round(scaled)) if near else scaled)
+            bounds = self._scaled[scale] = tuple(snapped)
         return bounds
 
     # -- collection ---------------------------------------------------------------------------

@@ -112,21 +112,23 @@ def gaps_ns(times_ns: Sequence[int]) -> list[int]:
 
 def summarize(times_ns: Sequence[int], start_ns: int, gaps: Sequence[int] | None = None) -> TimelineSummary:
     """The summary attributes; pass ``gaps`` (from :func:`gaps_ns`) when already computed."""
-    count = len(times_ns)
-    if count < 2:
-        return TimelineSummary(count, None, None, None, None)
+    if len(times_ns) < 2:
+        return _summary(times_ns, None, None, None)
     if gaps is None:
         gaps = gaps_ns(times_ns)
     longest = max(gaps)
     longest_at = gaps.index(longest) + 1  # the first longest gap; the token after it
-    mean_ns = (times_ns[-1] - times_ns[0]) / (count - 1)
-    return TimelineSummary(
-        count=count,
-        gap_mean_ms=mean_ns / 1e6,
-        gap_max_ms=longest / 1e6,
-        stall_index=longest_at,
-        stall_offset_ms=(times_ns[longest_at - 1] - start_ns) / 1e6,
-    )
+    return _summary(times_ns, longest, longest_at, times_ns[longest_at - 1] - start_ns)
+
+
+def _summary(times_ns: Sequence[int], longest_ns: int | None, stall_index: int | None,
+             stall_offset_ns: int | None) -> TimelineSummary:
+    """The summary from the longest gap and where it was (None below two tokens), in milliseconds."""
+    count = len(times_ns)
+    if count < 2:
+        return TimelineSummary(count, None, None, None, None)
+    return TimelineSummary(count=count, gap_mean_ms=(times_ns[-1] - times_ns[0]) / (count - 1) / 1e6,
+                           gap_max_ms=longest_ns / 1e6, stall_index=stall_index, stall_offset_ms=stall_offset_ns / 1e6)
 
 
 @dataclass(frozen=True)
@@ -146,23 +148,11 @@ def analyze(times_ns: list[int], start_ns: int, bounds_ns: tuple[float, ...], ke
     and their JSON text. In C when the extension is built (one pass, ~10 ns per token against ~200 for
     the Python passes below, benchmarks/instrumentation_timeline.py); ``compiled=False`` forces Python.
     """
-    count = len(times_ns)
-    if _c_analyze is not None and compiled:
-        longest, stall_index, stall_offset_ns, counts, offsets, text = _c_analyze(times_ns, start_ns, bounds_ns, keep)
-    else:
-        longest = stall_index = stall_offset_ns = counts = None
-        if count >= 2:
-            gaps = gaps_ns(times_ns)
-            longest = max(gaps)
-            stall_index = gaps.index(longest) + 1
-            stall_offset_ns = times_ns[stall_index - 1] - start_ns
-            counts = bucket_counts(gaps, bounds_ns)
+    if _c_analyze is None or not compiled:
+        gaps = gaps_ns(times_ns)
         offsets = offsets_us(times_ns, start_ns) if keep else None
-        text = offsets_json(offsets) if keep else None
-    if count < 2:
-        summary = TimelineSummary(count, None, None, None, None)
-    else:
-        summary = TimelineSummary(count, (times_ns[-1] - times_ns[0]) / (count - 1) / 1e6, longest / 1e6,
-                                  stall_index, stall_offset_ns / 1e6)
-    return Analysis(summary, counts, offsets, text)
+        return Analysis(summarize(times_ns, start_ns, gaps), bucket_counts(gaps, bounds_ns) if gaps else None,
+                        offsets, offsets_json(offsets) if keep else None)
+    longest, stall_index, stall_offset_ns, counts, offsets, text = _c_analyze(times_ns, start_ns, bounds_ns, keep)
+    return Analysis(_summary(times_ns, longest, stall_index, stall_offset_ns), counts, offsets, text)
 
