@@ -206,9 +206,9 @@ def store_timelines_twice(client) -> None:
     from infersight.pipelines.schema import ddl
 
     t = ddl.DEFAULT_TABLES
-    client.command(f"DROP VIEW {DB}.{t.token_timelines}_intake_mv")
-    client.command(f"DROP VIEW {DB}.{t.traces}_mv")
-    client.command(f"CREATE MATERIALIZED VIEW {DB}.{t.traces}_mv TO {DB}.{t.traces} "
+    client.command(f"DROP VIEW {DB}.{t.timelines_from_intake}")
+    client.command(f"DROP VIEW {DB}.{t.view(t.traces)}")
+    client.command(f"CREATE MATERIALIZED VIEW {DB}.{t.view(t.traces)} TO {DB}.{t.traces} "
                    f"AS SELECT * FROM {DB}.{t.trace_intake}")
 
 

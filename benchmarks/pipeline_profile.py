@@ -126,12 +126,13 @@ def token_shapes(traces: int, rounds: int = 3) -> None:
         for db in ("now", "before", "none"):
             migrations.migrate(client, SchemaOptions(database=db))
         tables = ddl.DEFAULT_TABLES
-        for name in (tables.token_events, tables.token_timelines + "_mv"):  # before: the per-token table and its view
+        # before: the per-token table and its view
+        for name in (tables.token_events, tables.view(tables.token_timelines)):
             client.command(f"DROP TABLE before.{name}")
         for statement in ddl.per_token_events(SchemaOptions(database="before")):
             client.command(statement)
-        for view in ("_mv", "_intake_mv"):
-            client.command(f"DROP TABLE none.{ddl.DEFAULT_TABLES.token_timelines}{view}")
+        for view in (tables.view(tables.token_timelines), tables.timelines_from_intake):
+            client.command(f"DROP TABLE none.{view}")
         pids = [server.proc.pid, *children_of(server.proc.pid)]
         cases = [("no timelines (same schema)", "now", "none"),
                  ("before: per-token rows, JSON text", "before", "text"),
@@ -193,7 +194,7 @@ def cpu_stages(traces: int, shares: list[float], rounds: int = 3) -> None:
         client.command(f"CREATE TABLE nul.{table} AS bare.{table} ENGINE = Null")
         views = [row[0] for row in client.query(
             "SELECT name FROM system.tables WHERE database = 'full' AND engine = 'MaterializedView' ORDER BY name"
-        ).result_rows if row[0] != table + "_mv"]  # without the intake's view to otel_traces nothing is stored
+        ).result_rows if row[0] != ddl.Tables.view(table)]  # without the intake's view to otel_traces nothing is stored
         for index, view in enumerate(views):
             migrations.migrate(client, SchemaOptions(database=f"minus{index}"))
             client.command(f"DROP TABLE minus{index}.{view}")

@@ -47,6 +47,16 @@ class Tables:
     def trace_id_ts(self) -> str:
         return f"{self.traces}_trace_id_ts"
 
+    @staticmethod
+    def view(table: str) -> str:
+        """The materialized view that fills ``table`` (the intake's view into the trace table, for one)."""
+        return f"{table}_mv"
+
+    @property
+    def timelines_from_intake(self) -> str:
+        """The intake's view into ``token_timelines`` (beside ``view(token_timelines)``, on the trace table)."""
+        return f"{self.token_timelines}_intake_mv"
+
     @property
     def trace_intake(self) -> str:
         """Where our receiver inserts (a Null table): its views fill ``traces`` and ``token_timelines``."""
@@ -184,6 +194,10 @@ class SchemaOptions:
         suffix = "_local" if local and self.cluster else ""
         return f"{identifier(self.database)}.{identifier(name + suffix)}"
 
+    def view_of(self, table: str) -> str:
+        """The qualified materialized view that fills ``table`` (per shard on a cluster, like its table)."""
+        return self.table(Tables.view(table), local=True)
+
     def engine(self, name: str, kind: str = "MergeTree") -> str:
         if not self.cluster:
             return f"{kind}()"
@@ -309,7 +323,7 @@ ORDER BY (TraceId, Start)
 TTL toDateTime(Start) + toIntervalDay({days})
 SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1""",
             *opts.distributed(t.trace_id_ts, "cityHash64(TraceId)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.trace_id_ts + '_mv', local=True)}{opts.on_cluster}
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.view_of(t.trace_id_ts)}{opts.on_cluster}
 TO {opts.table(t.trace_id_ts, local=True)}
 AS SELECT
     TraceId,
@@ -351,7 +365,7 @@ ORDER BY (TraceId, SpanId)
 TTL toDateTime(Timestamp) + toIntervalDay({days})
 SETTINGS index_granularity = 256, ttl_only_drop_parts = 1{dedup}""",
             *opts.distributed(t.token_timelines, "cityHash64(TraceId)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.token_timelines + '_mv', local=True)}\
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.view_of(t.token_timelines)}\
 {opts.on_cluster}
 TO {opts.table(t.token_timelines, local=True)}
 AS {_timeline_select(opts.table(t.traces, local=True), HAS_TIMELINE)}""",
@@ -416,13 +430,13 @@ def trace_intake(opts: SchemaOptions) -> list[str]:
 {EXPORTER_COLUMNS.rstrip().rstrip(",")}
 ) ENGINE = Null""",
             *opts.distributed(t.trace_intake, "cityHash64(TraceId)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.traces + '_mv', local=True)}{opts.on_cluster}
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.view_of(t.traces)}{opts.on_cluster}
 TO {opts.table(t.traces, local=True)}
 AS SELECT
     {columns},
     {stripped} AS SpanAttributes
 FROM {intake}""",
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.token_timelines + '_intake_mv', local=True)}\
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.timelines_from_intake, local=True)}\
 {opts.on_cluster}
 TO {opts.table(t.token_timelines, local=True)}
 AS {_timeline_select(intake, MOVED_TIMELINE)}"""]
@@ -455,7 +469,7 @@ ORDER BY (TraceId, SpanId, TokenIndex)
 TTL toDateTime(Timestamp) + toIntervalDay({days})
 SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1""",
             *opts.distributed(t.token_events, "cityHash64(TraceId)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.token_events + '_mv', local=True)}{opts.on_cluster}
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.view_of(t.token_events)}{opts.on_cluster}
 TO {opts.table(t.token_events, local=True)}
 AS SELECT
     TraceId,
@@ -483,7 +497,7 @@ def token_events_upgrade(opts: SchemaOptions) -> list[str]:
     when it finds one, and its rows are copied into ``llm_token_timelines`` (same answers through the view).
     On a cluster they are not copied: they stay in each shard's ``llm_token_events_v1_local``.
     """
-    return [f"DROP TABLE IF EXISTS {opts.table(opts.tables.token_events + '_mv', local=True)}{opts.on_cluster}"]
+    return [f"DROP TABLE IF EXISTS {opts.view_of(opts.tables.token_events)}{opts.on_cluster}"]
 
 
 def backfill_timelines(opts: SchemaOptions) -> str:
@@ -532,7 +546,7 @@ ORDER BY (toStartOfHour(Minute), ServiceName, Model, Instance, Pool, Strategy, M
 TTL Minute + toIntervalDay({days})
 SETTINGS ttl_only_drop_parts = 1""",
             *opts.distributed(t.requests_1m, "cityHash64(Instance)"),
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.table(t.requests_1m + '_mv', local=True)}{opts.on_cluster}
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.view_of(t.requests_1m)}{opts.on_cluster}
 TO {opts.table(t.requests_1m, local=True)}
 AS SELECT
     toStartOfMinute(Timestamp) AS Minute,
