@@ -22,7 +22,8 @@ from tests.pipelines.receiver_payloads import any_value, post, request
 pytestmark = pytest.mark.real
 
 OURS = {attr.REQUEST_OUTCOME: "success", attr.GEN_AI_REQUEST_MODEL: "llama", attr.INSTANCE: "10.0.0.1:8000",
-        attr.TOKEN_OFFSETS_US: "[1000,2000,5500]", attr.TOKEN_GAP_MAX_MS: 3.5, attr.TOKEN_STALL_OFFSET_MS: 2.0}
+        attr.TOKEN_OFFSETS_US: "[1000,2000,5500]", attr.TOKEN_GAP_MAX_MS: 3.5, attr.TOKEN_STALL_OFFSET_MS: 2.0,
+        attr.GEN_AI_USAGE_INPUT_TOKENS: 812, attr.GEN_AI_USAGE_OUTPUT_TOKENS: 3, attr.TTFT_MS: 1.0}
 THEIRS = {attr.REQUEST_OUTCOME: "success", attr.GEN_AI_REQUEST_MODEL: "qwen", attr.INSTANCE: "10.0.0.2:8000"}
 
 
@@ -47,12 +48,16 @@ def test_our_timeline_leaves_the_span_and_another_sdks_stays(clickhouse_server, 
 
     spans = admin.query(
         f"SELECT ServiceName, mapContains(SpanAttributes, {{key:String}}), SpanAttributes[{{key:String}}], "
-        f"TokenGapMaxMs, TokenStallOffsetMs, Model FROM `{db}`.`{T.traces}` ORDER BY ServiceName",
+        f"TokenGapMaxMs, TokenStallOffsetMs, Model, InputTokens, OutputTokens, TtftMs, length(SpanAttributes) "
+        f"FROM `{db}`.`{T.traces}` ORDER BY ServiceName",
         parameters={"key": attr.TOKEN_OFFSETS_US}).result_rows
     assert [row[:2] for row in spans] == [("gateway", False), ("gateway", False), ("other-sdk", True)]
     assert spans[2][2] == "[1000,4000,4500,9000]"  # as the Collector stores an int array
     assert [row[3:5] for row in spans] == [(3.5, 2.0), (3.5, 2.0), (4.5, 4.5)]  # the summary; computed from the offsets
     assert [row[5] for row in spans] == ["llama", "llama", "qwen"]
+    # Everything else of our span stays: its attributes less the one, and the columns made from them.
+    assert [row[6:9] for row in spans] == [(812, 3, 1.0), (812, 3, 1.0), (0, 0, None)]
+    assert [row[9] for row in spans] == [len(OURS) - 1, len(OURS) - 1, len(THEIRS) + 1]
 
     timelines = admin.query(f"SELECT ServiceName, Model, Instance, OffsetsUs FROM `{db}`.`{T.token_timelines}` "
                             "ORDER BY ServiceName").result_rows
