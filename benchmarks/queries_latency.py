@@ -17,8 +17,9 @@ Run:  .venv/bin/python benchmarks/queries_latency.py [--spans 1000000] [--runs 1
 
 With --sizes, the growth mode loads the same traffic density (the first size per 12 hours, every
 10th span with a 100-token timeline) for longer and longer, sizes in increasing order, each adding to the
-one before; after each load it times every library question on the same trace, instance and
-windows (in the first 12 hours), prints each latency per size and its growth factor against the
+one before; after each load it waits for the merges to settle (on 2 cores they would take the CPU from
+the queries), then times every library question on the same trace, instance and windows (in the
+first 12 hours), in interleaved rounds, prints each latency per size and its growth factor against the
 first size, and how long each load took (stop at the size that no longer loads in time).
 Prints the load time, each median in ms, before/after ratios and whether each goal is met.
 
@@ -152,6 +153,32 @@ WHERE Timestamp >= {start:DateTime64(9)} AND Timestamp < {end:DateTime64(9)} AND
 GROUP BY minute, Instance"""
 
 
+def interleaved_medians(actions: dict, runs: int) -> dict[str, float]:
+    """Each action's median ms over ``runs`` rounds, one run of every action per round (background
+    work then weighs on all of them alike, not on whichever ran first)."""
+    for action in actions.values():
+        action()  # warm-up, as in median_ms
+    times: dict[str, list[float]] = {name: [] for name in actions}
+    for _ in range(runs):
+        for name, action in actions.items():
+            begin = time.perf_counter()
+            action()
+            times[name].append((time.perf_counter() - begin) * 1000)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def settle_merges(client, db: str, limit_s: float = 300.0) -> float:
+    """Wait (at most ``limit_s``) until no merge runs on ``db``: on 2 cores the merges after a bulk load
+    would take the CPU from the queries being timed. Returns the seconds waited."""
+    begin = time.perf_counter()
+    while time.perf_counter() - begin < limit_s:
+        if not client.query("SELECT count() FROM system.merges WHERE database = {db:String}",
+                            parameters={"db": db}).result_rows[0][0]:
+            break
+        time.sleep(1)
+    return time.perf_counter() - begin
+
+
 def median_ms(action, runs: int) -> float:
     action()  # warm-up: first-use caches (marks, dictionaries) are not what an on-call engineer waits for twice
     times = []
@@ -162,9 +189,26 @@ def median_ms(action, runs: int) -> float:
     return statistics.median(times)
 
 
+# The timeline as the library read it before: filtered on the llm_token_events view, which parses every
+# timeline of the granules it reads before the filter applies.
+VIEW_TIMELINE = "  same, tokens filtered on the view (before)"
+VIEW_TOKENS = """
+SELECT SpanId AS span_id, ServiceName AS service, Instance AS instance, TokenIndex AS token_index,
+       Timestamp AS at, round(OffsetUs / 1000, 3) AS offset_ms, round(GapUs / 1000, 3) AS gap_ms
+FROM {db:Identifier}.{t_tokens:Identifier}
+WHERE TraceId = {trace:String}
+ORDER BY SpanId, TokenIndex"""
+
+
+def view_timeline(client, db: str, trace: str) -> list:
+    return client.query(VIEW_TOKENS, parameters={"db": db, "t_tokens": ddl.DEFAULT_TABLES.token_events,
+                                                 "trace": trace}).result_rows
+
+
 GROWTH_QUESTIONS = (
     # (name, goal ms, kind): point lookups should grow <= 2x from 1M to 10M; window scans stay within goal.
     ("one trace + its token timeline", 20, "point"),
+    (VIEW_TIMELINE, 20, "before"),
     ("neighbours on an instance at one second", 100, "point"),
     ("slowest 20 in a 10-minute window", 50, "window"),
     ("TTFT p50/p95/p99 per minute, 1 hour", 30, "window"),
@@ -189,11 +233,13 @@ def growth(server: ClickHouseServer, args) -> int:
         client.command(generate_spans(db, size - loaded, start, 0, first=loaded, step_us=step_us))
         load_s = time.perf_counter() - begin
         loaded = size
+        settled_s = settle_merges(client, db)
         tokens = client.query(f"SELECT count() FROM `{db}`.llm_token_timelines").result_rows[0][0]
         parts, disk = client.query("SELECT count(), sum(bytes_on_disk) FROM system.parts WHERE database = {db:String} "
                                    "AND active", parameters={"db": db}).result_rows[0]
         print(f"{size:>12,} request spans ({tokens:,} kept timelines, {tokens * TOKENS:,} token rows through the view; "
-              f"{parts} active parts, {disk / size:.0f} B on disk per request span): added in {load_s:.1f} s "
+              f"{parts} active parts, {disk / size:.0f} B on disk per request span): added in {load_s:.1f} s, "
+              f"merges settled {settled_s:.0f} s later "
               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)", flush=True)
         if trace is None:
             trace = client.query(f"SELECT TraceId FROM `{db}`.otel_traces WHERE Timestamp >= {{t:DateTime64(9)}} AND "
@@ -202,13 +248,14 @@ def growth(server: ClickHouseServer, args) -> int:
         actions = {
             "one trace + its token timeline": lambda t=trace: (library.trace_spans(client, db, t),
                                                               library.token_timeline(client, db, t)),
+            VIEW_TIMELINE: lambda t=trace: (library.trace_spans(client, db, t), view_timeline(client, db, t)),
             "neighbours on an instance at one second": lambda: library.neighbors(client, db, "i-7", middle),
             "slowest 20 in a 10-minute window": lambda: library.slowest(client, db, *window10, limit=20),
             "TTFT p50/p95/p99 per minute, 1 hour": lambda: library.percentiles(client, db, *hour),
             "stall finder over an hour (gap > 1 s)": lambda: library.window_stalls(client, db, *hour,
                                                                                      min_gap_ms=1000.0),
         }
-        table[size] = {name: median_ms(action, args.runs) for name, action in actions.items()}
+        table[size] = interleaved_medians(actions, args.runs)
         load_average[size] = os.getloadavg()[0]
         if load_s > args.load_limit:
             print(f"stopping: adding up to {size:,} took {load_s:.0f} s, past --load-limit {args.load_limit:.0f} s",
@@ -222,6 +269,12 @@ def growth(server: ClickHouseServer, args) -> int:
         values = [table[size][name] for size in sizes]
         factor = values[-1] / values[0]
         met = all(v <= goal for v in values) and (kind != "point" or factor <= 2.0)
+        if kind == "before":
+            after = [table[size]["one trace + its token timeline"] for size in sizes]
+            ratios = "  ".join(f"{v / a:.2f}x" for v, a in zip(values, after, strict=True))
+            print(f"{name:44}{goal:>6}" + "".join(f"{v:>14.1f}" for v in values) + f"{factor:>8.2f}x  "
+                  f"(before/after: {ratios})")
+            continue
         print(f"{name:44}{goal:>6}" + "".join(f"{v:>14.1f}" for v in values) + f"{factor:>8.2f}x  "
               f"{'yes' if met else 'NO'} ({kind})")
     print(f"{'load average (1 min) while timed':50}" + "".join(f"{load_average[size]:>14.1f}" for size in sizes))

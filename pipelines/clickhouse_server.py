@@ -129,6 +129,7 @@ class ClickHouseServer:
         import clickhouse_connect
 
         who = self.credentials.role(role)
+        kwargs.setdefault("autogenerate_session_id", False)  # as schema.connection.connect: no session needed
         return clickhouse_connect.get_client(host=self.host, port=self.port, database=database,
                                              username=who.user, password=who.password, **kwargs)
 

@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from infersight import attributes as attr
-from infersight.pipelines.schema.ddl import DEFAULT_TABLES, QUANTILE_LEVELS, Tables
+from infersight.pipelines.schema.ddl import DEFAULT_TABLES, QUANTILE_LEVELS, Tables, token_rows
 
 SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration", "gap": "TokenGapMaxMs"}
 GROUP_COLUMNS = {"instance": "Instance", "pool": "Pool", "model": "Model", "strategy": "Strategy"}
@@ -60,8 +60,8 @@ class TraceNotFound(LookupError):
 
 def _at(db: str, tables: Tables) -> dict[str, str]:
     """The database and table names, bound as identifiers like every other value."""
-    return {"db": db, "t_traces": tables.traces, "t_trace_id_ts": tables.trace_id_ts, "t_tokens": tables.token_events,
-            "t_requests_1m": tables.requests_1m}
+    return {"db": db, "t_traces": tables.traces, "t_trace_id_ts": tables.trace_id_ts,
+            "t_timelines": tables.token_timelines, "t_requests_1m": tables.requests_1m}
 
 
 def _rows(client, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -152,26 +152,30 @@ def _tree_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ordered
 
 
+# One trace's tokens: its timelines filtered by the key before their text is parsed (not the
+# llm_token_events view, which would parse every timeline of the granules read).
+TRACE_TOKENS = token_rows("{db:Identifier}.{t_timelines:Identifier}", " WHERE TraceId = {trace:String}")
+
+
 def token_timeline(client, db: str, trace_id: str, tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """Every kept token of a trace (empty when its timeline was not sampled)."""
-    return _rows(client, """
+    return _rows(client, f"""
 SELECT SpanId AS span_id, ServiceName AS service, Instance AS instance, TokenIndex AS token_index,
        Timestamp AS at, round(OffsetUs / 1000, 3) AS offset_ms, round(GapUs / 1000, 3) AS gap_ms
-FROM {db:Identifier}.{t_tokens:Identifier}
-WHERE TraceId = {trace:String}
+FROM ({TRACE_TOKENS})
 ORDER BY SpanId, TokenIndex""", {**_at(db, tables), "trace": trace_id})
 
 
 def trace_stalls(client, db: str, trace_id: str, top: int = 5, tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """The longest inter-token gaps of one trace and when each started."""
-    return _rows(client, """
+    return _rows(client, f"""
 SELECT Instance AS instance, TokenIndex AS token_index, round(GapUs / 1000, 1) AS gap_ms,
        subtractMicroseconds(Timestamp, GapUs) AS gap_started, round((OffsetUs - GapUs) / 1000, 1) AS gap_offset_ms
-FROM {db:Identifier}.{t_tokens:Identifier}
-WHERE TraceId = {trace:String} AND TokenIndex > 0
+FROM ({TRACE_TOKENS})
+WHERE TokenIndex > 0
 ORDER BY GapUs DESC, TokenIndex
 LIMIT 1 BY TokenIndex
-LIMIT {top:UInt32}""", {**_at(db, tables), "trace": trace_id, "top": top})
+LIMIT {{top:UInt32}}""", {**_at(db, tables), "trace": trace_id, "top": top})
 
 
 def window_stalls(client, db: str, start: dt.datetime, end: dt.datetime, min_gap_ms: float = 500.0,

@@ -82,6 +82,10 @@ def connect(dsn: str | Dsn, role: str = READER, data_dir: str | None = None, **k
                    "username": parsed.user or "default", "password": password, "database": "default"}
     # clickhouse-connect also logs the failure it raises; the caller reports it once, worded for people.
     logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
+    # No session: nothing here needs one (no temporary tables, no SET), a session costs the server a
+    # lookup and a lock per query (SELECT 1 over the gate 1.6 against 2.1 ms), and it would refuse two
+    # concurrent queries from one client.
+    kwargs.setdefault("autogenerate_session_id", False)
     try:
         return clickhouse_connect.get_client(**options, **kwargs)
     except ClickHouseError as exc:
