@@ -157,7 +157,7 @@ def interleaved_medians(actions: dict, runs: int) -> dict[str, float]:
     """Each action's median ms over ``runs`` rounds, one run of every action per round (background
     work then weighs on all of them alike, not on whichever ran first)."""
     for action in actions.values():
-        action()  # warm-up, as in median_ms
+        action()  # warm-up: first-use caches (marks, dictionaries) are not what an on-call engineer waits for twice
     times: dict[str, list[float]] = {name: [] for name in actions}
     for _ in range(runs):
         for name, action in actions.items():
@@ -180,23 +180,17 @@ def settle_merges(client, db: str, limit_s: float = 300.0) -> float:
 
 
 def median_ms(action, runs: int) -> float:
-    action()  # warm-up: first-use caches (marks, dictionaries) are not what an on-call engineer waits for twice
-    times = []
-    for _ in range(runs):
-        begin = time.perf_counter()
-        action()
-        times.append((time.perf_counter() - begin) * 1000)
-    return statistics.median(times)
+    """One action's median ms over ``runs`` runs, after a warm-up."""
+    return interleaved_medians({"action": action}, runs)["action"]
 
 
 # The timeline as the library read it before: filtered on the llm_token_events view, which parses every
 # timeline of the granules it reads before the filter applies.
 VIEW_TIMELINE = "  same, tokens filtered on the view (before)"
-VIEW_TOKENS = """
-SELECT SpanId AS span_id, ServiceName AS service, Instance AS instance, TokenIndex AS token_index,
-       Timestamp AS at, round(OffsetUs / 1000, 3) AS offset_ms, round(GapUs / 1000, 3) AS gap_ms
-FROM {db:Identifier}.{t_tokens:Identifier}
-WHERE TraceId = {trace:String}
+VIEW_TOKENS = f"""
+SELECT {library.TOKEN_COLUMNS}
+FROM {{db:Identifier}}.{{t_tokens:Identifier}}
+WHERE TraceId = {{trace:String}}
 ORDER BY SpanId, TokenIndex"""
 
 
@@ -262,7 +256,8 @@ def growth(server: ClickHouseServer, args) -> int:
                   flush=True)
             break
     sizes = sorted(table)
-    print(f"\nmedian of {args.runs} runs, ms (client over HTTP, unmerged parts as loaded); growth x against "
+    print(f"\nmedian of {args.runs} runs, ms (client over HTTP, the parts as the load and its merges left them); "
+          f"growth x against "
           f"{sizes[0]:,}")
     print(f"{'question':44}{'goal':>6}" + "".join(f"{size:>14,}" for size in sizes) + f"{'growth':>9}  met")
     for name, goal, kind in GROWTH_QUESTIONS:

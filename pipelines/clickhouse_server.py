@@ -128,10 +128,11 @@ class ClickHouseServer:
         """A clickhouse-connect client over HTTP to this server, as ``role`` (writer or reader)."""
         import clickhouse_connect
 
+        from infersight.pipelines.schema.connection import CLIENT_DEFAULTS
+
         who = self.credentials.role(role)
-        kwargs.setdefault("autogenerate_session_id", False)  # as schema.connection.connect: no session needed
         return clickhouse_connect.get_client(host=self.host, port=self.port, database=database,
-                                             username=who.user, password=who.password, **kwargs)
+                                             username=who.user, password=who.password, **{**CLIENT_DEFAULTS, **kwargs})
 
     def dsn(self, database: str = "default", role: str = "writer") -> str:
         """A DSN for ``role`` on ``database``: its user, and the credentials file as its password_file."""

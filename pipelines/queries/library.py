@@ -152,6 +152,9 @@ def _tree_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ordered
 
 
+# A token as token_timeline returns it, from a row of llm_token_events' shape.
+TOKEN_COLUMNS = """SpanId AS span_id, ServiceName AS service, Instance AS instance, TokenIndex AS token_index,
+       Timestamp AS at, round(OffsetUs / 1000, 3) AS offset_ms, round(GapUs / 1000, 3) AS gap_ms"""
 # One trace's tokens: its timelines filtered by the key before their text is parsed (not the
 # llm_token_events view, which would parse every timeline of the granules read).
 TRACE_TOKENS = token_rows("{db:Identifier}.{t_timelines:Identifier}", " WHERE TraceId = {trace:String}")
@@ -160,8 +163,7 @@ TRACE_TOKENS = token_rows("{db:Identifier}.{t_timelines:Identifier}", " WHERE Tr
 def token_timeline(client, db: str, trace_id: str, tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """Every kept token of a trace (empty when its timeline was not sampled)."""
     return _rows(client, f"""
-SELECT SpanId AS span_id, ServiceName AS service, Instance AS instance, TokenIndex AS token_index,
-       Timestamp AS at, round(OffsetUs / 1000, 3) AS offset_ms, round(GapUs / 1000, 3) AS gap_ms
+SELECT {TOKEN_COLUMNS}
 FROM ({TRACE_TOKENS})
 ORDER BY SpanId, TokenIndex""", {**_at(db, tables), "trace": trace_id})
 

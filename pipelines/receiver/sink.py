@@ -26,6 +26,7 @@ from urllib.parse import urlencode
 
 from infersight.pipelines.receiver import ingest_sql
 from infersight.pipelines.schema import ddl
+from infersight.pipelines.schema.connection import CLIENT_DEFAULTS
 
 # Migration 4 sets the window; the sink checks again because tables created by the OTel Collector
 # (create_schema: true) or by an older infersight lack it.
@@ -177,7 +178,7 @@ class ClickHouseSink:
             self._local.client = clickhouse_connect.get_client(
                 interface=t.scheme, host=t.host, port=t.port,
                 username=t.user or "default", password=self._password, database="default",
-                connect_timeout=5, send_receive_timeout=self.timeout, autogenerate_session_id=False,
+                connect_timeout=5, send_receive_timeout=self.timeout, **CLIENT_DEFAULTS,
             )
         return self._local.client
 

@@ -58,6 +58,13 @@ def resolve(dsn: str | Dsn, role: str = READER, data_dir: str | None = None, mus
     return parsed
 
 
+# What every clickhouse-connect client of ours is given (the CLI's, the receiver's, the embedded server's).
+# No session: nothing here needs one (no temporary tables, no SET), a session costs the server a lookup
+# and a lock per query (SELECT 1 over the gate 1.6 against 2.1 ms), and it refuses two concurrent
+# queries from one client.
+CLIENT_DEFAULTS = {"autogenerate_session_id": False}
+
+
 def connect(dsn: str | Dsn, role: str = READER, data_dir: str | None = None, **kwargs):
     """A clickhouse-connect client for ``dsn`` (its session database is ``default``)."""
     import clickhouse_connect
@@ -82,12 +89,8 @@ def connect(dsn: str | Dsn, role: str = READER, data_dir: str | None = None, **k
                    "username": parsed.user or "default", "password": password, "database": "default"}
     # clickhouse-connect also logs the failure it raises; the caller reports it once, worded for people.
     logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
-    # No session: nothing here needs one (no temporary tables, no SET), a session costs the server a
-    # lookup and a lock per query (SELECT 1 over the gate 1.6 against 2.1 ms), and it would refuse two
-    # concurrent queries from one client.
-    kwargs.setdefault("autogenerate_session_id", False)
     try:
-        return clickhouse_connect.get_client(**options, **kwargs)
+        return clickhouse_connect.get_client(**options, **{**CLIENT_DEFAULTS, **kwargs})
     except ClickHouseError as exc:
         raise ConnectionFailed(describe_failure(parsed, exc)) from None
 
