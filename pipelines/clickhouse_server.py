@@ -44,6 +44,7 @@ from typing import Any
 PORT_FILE = "http_port.txt"
 INTERNAL_PORT_FILE = "internal_port.txt"
 LOG_FILE = "clickhouse.log"
+UNCOMPRESSED_CACHE_BYTES = 256 << 20
 
 
 class ClickHouseServerError(RuntimeError):
@@ -255,6 +256,8 @@ def _config_xml(credentials, secret: str) -> str:
   <!-- clickhouse-local makes its default database an overlay that maps unknown table names to files
        (and so asks for the FILE grant on every lookup): keep that overlay away from the data. -->
   <default_database>infersight_local_files</default_database>
+  <!-- Decompressed blocks kept for point reads (clickhouse_users.POINT_READ_SETTINGS); 0 in clickhouse-local. -->
+  <uncompressed_cache_size>{UNCOMPRESSED_CACHE_BYTES}</uncompressed_cache_size>
   <user_directories><users_xml><path>users.xml</path></users_xml></user_directories>
   <http_handlers>
     <rule><url>/ping</url><methods>GET,HEAD</methods>

@@ -117,6 +117,13 @@ def ensure(data_dir: str | os.PathLike[str]) -> Credentials:
     return load(data_dir)
 
 
+# Point reads (a trace, its timeline) decompress whole blocks of every column they touch: the embedded
+# server keeps recent blocks decompressed (its config's uncompressed_cache_size) and both roles use them.
+# ClickHouse bypasses the cache for reads over merge_tree_max_rows_to_use_cache rows, so window scans and
+# merges do not evict a trace's blocks. Measured: benchmarks/README.md, issue 18, fifth session.
+POINT_READ_SETTINGS = "<use_uncompressed_cache>1</use_uncompressed_cache>"
+
+
 def users_xml(credentials: Credentials) -> str:
     """users.xml for the embedded clickhouse-local.
 
@@ -129,8 +136,8 @@ def users_xml(credentials: Credentials) -> str:
     return f"""<clickhouse>
   <profiles>
     <default/>
-    <infersight_writer/>
-    <infersight_reader><readonly>1</readonly></infersight_reader>
+    <infersight_writer>{POINT_READ_SETTINGS}</infersight_writer>
+    <infersight_reader><readonly>1</readonly>{POINT_READ_SETTINGS}</infersight_reader>
   </profiles>
   <quotas><default/></quotas>
   <users>

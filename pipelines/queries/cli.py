@@ -222,11 +222,10 @@ def run_show(args, config) -> int:
     trace_id = _trace_id(args.trace_id)
     client, db, tables = _store(args, config)
     try:
-        spans = library.trace_spans(client, db, trace_id, tables=tables)
+        spans, timelines = library.trace_with_timelines(client, db, trace_id, tables=tables)
     except library.TraceNotFound:
         raise UserError(f"no trace {trace_id} in database {db!r} (older than the retention, or never stored)") from None
-    tokens = library.token_timeline(client, db, trace_id, tables=tables)
-    stalls = library.trace_stalls(client, db, trace_id, top=3, tables=tables)
+    tokens, stalls = library.timeline_tokens(timelines), library.timeline_stalls(timelines, top=3)
     if args.format == "json":
         import json
 
@@ -283,8 +282,9 @@ def run_stalls(args, config) -> int:
     trace_id = _trace_id(args.trace_id) if args.trace_id else None
     client, db, tables = _store(args, config)
     if trace_id:
-        rows = library.trace_stalls(client, db, trace_id, top=args.top, tables=tables)
-        if not rows and not library.token_timeline(client, db, trace_id, tables=tables):
+        timelines = library.trace_timelines(client, db, trace_id, tables=tables)
+        rows = library.timeline_stalls(timelines, top=args.top)
+        if not rows and not library.timeline_tokens(timelines):
             raise UserError(f"no token timeline for trace {trace_id} in database {db!r} "
                             "(unknown trace, or its timeline was not kept by tail sampling)")
         _print(rows, args, ["token_index", "gap_ms", "gap_started", "gap_offset_ms", "instance"])

@@ -16,11 +16,12 @@ Each function returns a list of plain dicts, ready for :func:`infersight.command
 from __future__ import annotations
 
 import datetime as dt
+import re
 from enum import StrEnum
 from typing import Any
 
 from infersight import attributes as attr
-from infersight.pipelines.schema.ddl import DEFAULT_TABLES, QUANTILE_LEVELS, Tables, token_rows
+from infersight.pipelines.schema.ddl import DEFAULT_TABLES, QUANTILE_LEVELS, Tables
 
 SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration", "gap": "TokenGapMaxMs"}
 GROUP_COLUMNS = {"instance": "Instance", "pool": "Pool", "model": "Model", "strategy": "Strategy"}
@@ -113,22 +114,42 @@ def trace_spans(client, db: str, trace_id: str, tables: Tables = DEFAULT_TABLES)
     they meet ``Timestamp``. Compared as ``DateTime``, the engine's part pruning reads the strict
     ``Timestamp < End + 1`` as ``Timestamp <= End`` in whole seconds and skips every unmerged part
     whose spans all fall in the trace's last second: the newest traces were "not found".
+
+    The query returns the stored columns as they are; the few spans of a trace are sorted and their
+    values shaped here. Rounding, ``nullIf`` and ``ORDER BY`` on the server cost a point read ~3 ms
+    more of ClickHouse CPU (15.7-17.4 against 12.2-14.8 ms per query, benchmarks/README.md).
     """
     rows = _rows(client, f"""
 WITH (SELECT (toDateTime64(min(Start), 9), toDateTime64(max(End), 9) + toIntervalSecond(1))
       FROM {{db:Identifier}}.{{t_trace_id_ts:Identifier}} WHERE TraceId = {{trace:String}}) AS span_range
-SELECT SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, SpanName AS name, Timestamp AS started,
-       round(Duration / 1e6, 2) AS duration_ms, {SPAN_STATUS} AS status, Instance AS instance, Pool AS pool,
-       Outcome AS outcome, TtftMs AS ttft_ms, RetryAttempt AS attempt,
-       Strategy AS strategy, RoutingCandidates AS candidates, PrefixCacheRatio AS prefix_cache_ratio,
-       nullIf(InputTokens, 0) AS input_tokens, nullIf(CachedInputTokens, 0) AS cached_input_tokens,
-       nullIf(OutputTokens, 0) AS output_tokens
+SELECT {TRACE_SPAN_COLUMNS}
 FROM {{db:Identifier}}.{{t_traces:Identifier}}
-WHERE TraceId = {{trace:String}} AND Timestamp >= span_range.1 AND Timestamp < span_range.2
-ORDER BY Timestamp, SpanId""", {**_at(db, tables), "trace": trace_id})
+WHERE TraceId = {{trace:String}} AND Timestamp >= span_range.1 AND Timestamp < span_range.2""",
+                 {**_at(db, tables), "trace": trace_id})
     if not rows:
         raise TraceNotFound(trace_id)
-    return _tree_order(rows)
+    return _tree_order(sorted((_trace_span(r) for r in rows), key=lambda r: (r["started"], r["span_id"])))
+
+
+# A span of trace_spans: the stored column, under the name the CLI and the report use.
+TRACE_SPAN_COLUMNS = ("SpanId AS span_id, ParentSpanId AS parent_id, ServiceName AS service, SpanName AS name, "
+                      "Timestamp AS started, Duration AS duration_ns, StatusCode AS status_code, Instance AS instance, "
+                      "Pool AS pool, Outcome AS outcome, TtftMs AS ttft_ms, RetryAttempt AS attempt, "
+                      "Strategy AS strategy, RoutingCandidates AS candidates, PrefixCacheRatio AS prefix_cache_ratio, "
+                      "InputTokens AS input_tokens, CachedInputTokens AS cached_input_tokens, "
+                      "OutputTokens AS output_tokens")
+_ZERO_IS_UNKNOWN = ("input_tokens", "cached_input_tokens", "output_tokens")  # 0 there means "not reported"
+
+
+def _trace_span(row: dict[str, Any]) -> dict[str, Any]:
+    """One span as people read it: its duration in ms and its status (OpenTelemetry's "Unset" means no
+    error was recorded: an upstream attempt that worked ends Unset, so it reads "ok")."""
+    span = dict(row)
+    span["duration_ms"] = _round(span.pop("duration_ns") / 1e6, 2)
+    span["status"] = "error" if span.pop("status_code") == "Error" else "ok"
+    for key in _ZERO_IS_UNKNOWN:
+        span[key] = span[key] or None
+    return span
 
 
 def _tree_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -152,32 +173,146 @@ def _tree_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ordered
 
 
-# A token as token_timeline returns it, from a row of llm_token_events' shape.
-TOKEN_COLUMNS = """SpanId AS span_id, ServiceName AS service, Instance AS instance, TokenIndex AS token_index,
-       Timestamp AS at, round(OffsetUs / 1000, 3) AS offset_ms, round(GapUs / 1000, 3) AS gap_ms"""
-# One trace's tokens: its timelines filtered by the key before their text is parsed (not the
-# llm_token_events view, which would parse every timeline of the granules read).
-TRACE_TOKENS = token_rows("{db:Identifier}.{t_timelines:Identifier}", " WHERE TraceId = {trace:String}")
+# One trace's kept timelines as stored, one row per request span (its offsets as JSON text). They are
+# expanded into tokens here: expanding them on the server (JSONExtract and ARRAY JOIN, the SELECT of
+# llm_token_events) cost a point read ~6 ms more of ClickHouse CPU than the row itself, and the client
+# then decoded one row per token instead of one per timeline (benchmarks/README.md).
+TRACE_TIMELINES = """
+SELECT SpanId AS span_id, ServiceName AS service, Instance AS instance, Timestamp AS start, OffsetsUs AS offsets
+FROM {db:Identifier}.{t_timelines:Identifier}
+WHERE TraceId = {trace:String}"""
+
+
+def trace_timelines(client, db: str, trace_id: str, tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
+    """The kept timelines of a trace as stored: ``span_id``, ``service``, ``instance``, ``start`` and
+    ``offsets`` (the JSON text of ``llm.token.offsets_us``); empty when none was sampled."""
+    return _rows(client, TRACE_TIMELINES, {**_at(db, tables), "trace": trace_id})
+
+
+def trace_with_timelines(client, db: str, trace_id: str,
+                         tables: Tables = DEFAULT_TABLES) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """:func:`trace_spans` and :func:`trace_timelines` of one trace (raises :class:`TraceNotFound`).
+
+    Over HTTP the two point reads run side by side: each costs the server a few ms of CPU whatever it
+    reads, so on two or more cores the answer takes the longer of them, not their sum
+    (benchmarks/README.md). Over any other client (in-process chdb) one after the other.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from clickhouse_connect.driver.httpclient import HttpClient
+
+    if not isinstance(client, HttpClient):  # clients without a session (CLIENT_DEFAULTS) take concurrent queries
+        return trace_spans(client, db, trace_id, tables=tables), trace_timelines(client, db, trace_id, tables=tables)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-timelines") as pool:
+        timelines = pool.submit(trace_timelines, client, db, trace_id, tables=tables)
+        return trace_spans(client, db, trace_id, tables=tables), timelines.result()
 
 
 def token_timeline(client, db: str, trace_id: str, tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
-    """Every kept token of a trace (empty when its timeline was not sampled)."""
-    return _rows(client, f"""
-SELECT {TOKEN_COLUMNS}
-FROM ({TRACE_TOKENS})
-ORDER BY SpanId, TokenIndex""", {**_at(db, tables), "trace": trace_id})
+    """Every kept token of a trace (empty when its timeline was not sampled), as ``llm_token_events``
+    has it: ``span_id``, ``service``, ``instance``, ``token_index``, ``at``, ``offset_ms``, ``gap_ms``."""
+    return timeline_tokens(trace_timelines(client, db, trace_id, tables=tables))
 
 
 def trace_stalls(client, db: str, trace_id: str, top: int = 5, tables: Tables = DEFAULT_TABLES) -> list[dict[str, Any]]:
     """The longest inter-token gaps of one trace and when each started."""
-    return _rows(client, f"""
-SELECT Instance AS instance, TokenIndex AS token_index, round(GapUs / 1000, 1) AS gap_ms,
-       subtractMicroseconds(Timestamp, GapUs) AS gap_started, round((OffsetUs - GapUs) / 1000, 1) AS gap_offset_ms
-FROM ({TRACE_TOKENS})
-WHERE TokenIndex > 0
-ORDER BY GapUs DESC, TokenIndex
-LIMIT 1 BY TokenIndex
-LIMIT {{top:UInt32}}""", {**_at(db, tables), "trace": trace_id, "top": top})
+    return timeline_stalls(trace_timelines(client, db, trace_id, tables=tables), top)
+
+
+def timeline_tokens(timelines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tokens of :func:`trace_timelines` rows, ordered by span and token index: the rows
+    ``llm_token_events`` gives for the same timelines (offsets read by :func:`timeline_offsets`)."""
+    return [{"span_id": row["span_id"], "service": row["service"], "instance": row["instance"], "token_index": index,
+             "at": _after(row["start"], offset), "offset_ms": _round(offset / 1000, 3), "gap_ms": _round(gap / 1000, 3)}
+            for row, index, offset, gap in _tokens(timelines)]
+
+
+def timeline_stalls(timelines: list[dict[str, Any]], top: int = 5) -> list[dict[str, Any]]:
+    """The ``top`` longest gaps in :func:`trace_timelines` rows, longest first, one per token index (the
+    gateway's and the engine's timelines of one request see the same stall)."""
+    best: dict[int, tuple[dict[str, Any], int, int, int]] = {}
+    for token in _tokens(timelines):
+        index, gap = token[1], token[3]
+        if index > 0 and (index not in best or gap > best[index][3]):
+            best[index] = token
+    ranked = sorted(best.values(), key=lambda t: (-t[3], t[1]))[:top]
+    return [{"instance": row["instance"], "token_index": index, "gap_ms": _round(gap / 1000, 1),
+             "gap_started": _after(row["start"], offset - gap), "gap_offset_ms": _round((offset - gap) / 1000, 1)}
+            for row, index, offset, gap in ranked]
+
+
+def _tokens(timelines: list[dict[str, Any]]):
+    """(row, token index, offset us, gap us) for every token, by span id and index (``llm_token_events``'
+    TokenIndex, OffsetUs and GapUs: the first token's gap is 0)."""
+    for row in sorted(timelines, key=lambda r: r["span_id"]):
+        previous = None
+        for index, offset in enumerate(timeline_offsets(row["offsets"])):
+            yield row, index, offset, 0 if previous is None else offset - previous
+            previous = offset
+
+
+_UINT64 = 1 << 64
+_NUMBER_TEXT = re.compile(r"\+?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?")
+
+
+def timeline_offsets(text: str) -> list[int]:
+    """Offsets (us from the request start) from a timeline's JSON text, read exactly as ClickHouse's
+    ``JSONExtract(text, 'Array(UInt64)')`` reads them, so a trace's tokens are the same whichever reads them.
+
+    Anything but a JSON array is ``[]``. An element reads as itself when it is an integer in UInt64,
+    a non-negative float (its integer part), ``true``/``false``, or a string holding such a number
+    (``"+5"``, ``"5."``, ``"1e3"``); any other element reads 0, and an array none of whose elements
+    read is ``[]``.
+    """
+    import json
+    import math
+
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)  # NaN and Infinity are not JSON; ClickHouse refuses them too
+
+    def finite(number: str) -> float:
+        value = float(number)
+        if math.isinf(value):
+            raise ValueError(number)  # 1e400: ClickHouse refuses the whole text
+        return value
+
+    try:
+        values = json.loads(text, parse_constant=refuse, parse_float=finite)
+    except (ValueError, TypeError, RecursionError):
+        return []
+    if not isinstance(values, list):
+        return []
+    read = [_uint64(value) for value in values]
+    if not any(ok for _, ok in read):
+        return []
+    return [number for number, _ in read]
+
+
+def _uint64(value: Any) -> tuple[int, bool]:
+    """(the element as UInt64, whether it converted); 0 when it did not, as ClickHouse fills it."""
+    if isinstance(value, str):
+        if not _NUMBER_TEXT.fullmatch(value):
+            return 0, False
+        value = int(value) if value.lstrip("+").isdigit() else float(value)
+    if isinstance(value, bool):
+        return int(value), True
+    if isinstance(value, int | float) and 0 <= value < _UINT64:
+        return int(value), True
+    return 0, False
+
+
+def _round(value: float, digits: int) -> float:
+    """``round(value, digits)`` as ClickHouse computes it (the nearest integer of ``value * 10^digits``,
+    ties to even), so a figure reads the same as in SQL: Python's ``round(0.15, 1)`` is 0.1, ClickHouse's 0.2."""
+    scale = 10 ** digits
+    return round(value * scale) / scale
+
+
+def _after(start: dt.datetime, offset_us: int) -> dt.datetime | None:
+    try:
+        return start + dt.timedelta(microseconds=offset_us)
+    except OverflowError:  # an offset past the year 9999 (only hostile or corrupt data)
+        return None
 
 
 def window_stalls(client, db: str, start: dt.datetime, end: dt.datetime, min_gap_ms: float = 500.0,

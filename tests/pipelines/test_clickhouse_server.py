@@ -45,3 +45,20 @@ def test_second_server_on_same_folder_fails_clearly(clickhouse_private_server):
     with pytest.raises(ClickHouseServerError, match="Another server instance"):
         ClickHouseServer(first.data_dir, startup_timeout=20).start()
     assert first.client().query("SELECT 1").result_rows == [(1,)]  # the first one is unharmed
+
+
+@pytest.mark.parametrize("role", ["writer", "reader"])
+def test_point_reads_keep_decompressed_blocks(clickhouse_server, clickhouse_database, role):
+    """Both roles read through the uncompressed cache (clickhouse-local has none by default): the second
+    read of the same granule decompresses nothing."""
+    writer = clickhouse_server.client(clickhouse_database)
+    writer.command("CREATE TABLE t (k UInt32, s String) ENGINE = MergeTree ORDER BY k")
+    writer.command("INSERT INTO t SELECT number, repeat(toString(number), 50) FROM numbers(100000)")
+    client = clickhouse_server.client(clickhouse_database, role=role)
+    assert client.query("SELECT getSetting('use_uncompressed_cache')").result_rows == [(True,)]
+    read = "SELECT s FROM t WHERE k = 4242"
+    assert client.query(read).result_rows == [("4242" * 50,)]
+    hits = "SELECT sum(value) FROM system.events WHERE event = 'UncompressedCacheHits'"
+    before = writer.query(hits).result_rows[0][0]
+    assert client.query(read).result_rows == [("4242" * 50,)]
+    assert writer.query(hits).result_rows[0][0] > before  # (the suite runs one test at a time)

@@ -63,6 +63,20 @@ def test_unknown_trace(incident):
     with pytest.raises(q.TraceNotFound):
         q.trace_spans(client, db, "0" * 32)
     assert q.token_timeline(client, db, "0" * 32) == []
+    with pytest.raises(q.TraceNotFound):
+        q.trace_with_timelines(client, db, "0" * 32)
+
+
+def test_trace_with_timelines_reads_both_side_by_side(incident):
+    """The two reads run concurrently on one client (no session) and give what each gives alone."""
+    client, db, data = incident
+    for name in ("retried", "victim-1", "bg-2"):
+        trace = data.trace_id(name)
+        spans, timelines = q.trace_with_timelines(client, db, trace)
+        assert spans == q.trace_spans(client, db, trace)
+        assert q.timeline_tokens(timelines) == q.token_timeline(client, db, trace)
+    assert q.timeline_stalls(q.trace_with_timelines(client, db, data.trace_id("victim-1"))[1], top=2) == \
+        q.trace_stalls(client, db, data.trace_id("victim-1"), top=2)
 
 
 def test_stalls_of_one_trace(incident):
