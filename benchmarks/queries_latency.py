@@ -20,7 +20,9 @@ With --sizes, the growth mode loads the same traffic density (the first size per
 one before; after each load it waits for the merges to settle (on 2 cores they would take the CPU from
 the queries), then times every library question on the same trace, instance and windows (in the
 first 12 hours), in interleaved rounds, prints each latency per size and its growth factor against the
-first size, and how long each load took (stop at the size that no longer loads in time).
+first size, and how long each load took (stop at the size that no longer loads in time). "One trace +
+its token timeline" is timed as `traces show` reads it (both reads side by side), beside the same two
+reads one after the other and the shaping and expansion on the server as before.
 Prints the load time, each median in ms, before/after ratios and whether each goal is met.
 
 Measured on the 2-core development machine (shared with other jobs, so +-50% between runs), 1M spans
@@ -286,7 +288,8 @@ def growth(server: ClickHouseServer, args) -> int:
     print(f"\nmedian of {args.runs} runs, ms (client over HTTP, the parts as the load and its merges left them); "
           f"growth x against "
           f"{sizes[0]:,}")
-    print(f"{'question':44}{'goal':>6}" + "".join(f"{size:>14,}" for size in sizes) + f"{'growth':>9}  met")
+    width = max(len(name) for name, _, _ in GROWTH_QUESTIONS) + 2
+    print(f"{'question':{width}}{'goal':>6}" + "".join(f"{size:>14,}" for size in sizes) + f"{'growth':>9}  met")
     for name, goal, kind in GROWTH_QUESTIONS:
         values = [table[size][name] for size in sizes]
         factor = values[-1] / values[0]
@@ -294,10 +297,10 @@ def growth(server: ClickHouseServer, args) -> int:
         if kind == "before":
             after = [table[size]["one trace + its token timeline"] for size in sizes]
             ratios = "  ".join(f"{v / a:.2f}x" for v, a in zip(values, after, strict=True))
-            print(f"{name:44}{goal:>6}" + "".join(f"{v:>14.1f}" for v in values) + f"{factor:>8.2f}x  "
+            print(f"{name:{width}}{goal:>6}" + "".join(f"{v:>14.1f}" for v in values) + f"{factor:>8.2f}x  "
                   f"(before/after: {ratios})")
             continue
-        print(f"{name:44}{goal:>6}" + "".join(f"{v:>14.1f}" for v in values) + f"{factor:>8.2f}x  "
+        print(f"{name:{width}}{goal:>6}" + "".join(f"{v:>14.1f}" for v in values) + f"{factor:>8.2f}x  "
               f"{'yes' if met else 'NO'} ({kind})")
     print(f"{'load average (1 min) while timed':50}" + "".join(f"{load_average[size]:>14.1f}" for size in sizes))
     return 0

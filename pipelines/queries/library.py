@@ -142,8 +142,8 @@ _ZERO_IS_UNKNOWN = ("input_tokens", "cached_input_tokens", "output_tokens")  # 0
 
 
 def _trace_span(row: dict[str, Any]) -> dict[str, Any]:
-    """One span as people read it: its duration in ms and its status (OpenTelemetry's "Unset" means no
-    error was recorded: an upstream attempt that worked ends Unset, so it reads "ok")."""
+    """One span as people read it: its duration in ms and its status, as ``SPAN_STATUS`` reads it in SQL
+    (OpenTelemetry's "Unset" means no error was recorded: an attempt that worked ends Unset, so "ok")."""
     span = dict(row)
     span["duration_ms"] = _round(span.pop("duration_ns") / 1e6, 2)
     span["status"] = "error" if span.pop("status_code") == "Error" else "ok"
@@ -195,13 +195,14 @@ def trace_with_timelines(client, db: str, trace_id: str,
 
     Over HTTP the two point reads run side by side: each costs the server a few ms of CPU whatever it
     reads, so on two or more cores the answer takes the longer of them, not their sum
-    (benchmarks/README.md). Over any other client (in-process chdb) one after the other.
+    (benchmarks/README.md). One after the other over a client with a session (ClickHouse refuses two
+    queries at once in one session; ours have none, ``CLIENT_DEFAULTS``) or in-process chdb.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from clickhouse_connect.driver.httpclient import HttpClient
 
-    if not isinstance(client, HttpClient):  # clients without a session (CLIENT_DEFAULTS) take concurrent queries
+    if not isinstance(client, HttpClient) or client.get_client_setting("session_id"):
         return trace_spans(client, db, trace_id, tables=tables), trace_timelines(client, db, trace_id, tables=tables)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-timelines") as pool:
         timelines = pool.submit(trace_timelines, client, db, trace_id, tables=tables)

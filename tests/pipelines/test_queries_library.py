@@ -79,6 +79,14 @@ def test_trace_with_timelines_reads_both_side_by_side(incident):
         q.trace_stalls(client, db, data.trace_id("victim-1"), top=2)
 
 
+def test_trace_with_timelines_over_a_session(incident, clickhouse_server):
+    """A client with a session cannot run two queries at once: the reads then go one after the other."""
+    _, db, data = incident
+    session = clickhouse_server.client(db, session_id="one-session-only")
+    spans, timelines = q.trace_with_timelines(session, db, data.trace_id("retried"))
+    assert spans and len(q.timeline_tokens(timelines)) == 20
+
+
 def test_stalls_of_one_trace(incident):
     client, db, data = incident
     stalls = q.trace_stalls(client, db, data.trace_id("victim-1"), top=2)
