@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from infersight import attributes as attr
-from infersight.pipelines.schema.ddl import DEFAULT_TABLES, QUANTILE_LEVELS, Tables
+from infersight.pipelines.schema.ddl import DEFAULT_TABLES, MAX_OFFSET_US, QUANTILE_LEVELS, Tables
 
 SORT_COLUMNS = {"ttft": "TtftMs", "e2e": "Duration", "gap": "TokenGapMaxMs"}
 GROUP_COLUMNS = {"instance": "Instance", "pool": "Pool", "model": "Model", "strategy": "Strategy"}
@@ -42,6 +42,15 @@ REQUEST_FILTERS = """
     AND ({strategy:String} = '' OR Strategy = {strategy:String})
     AND ({status:String} = '' OR Outcome = {status:String})
     AND ({service:String} = '' OR ServiceName = {service:String})"""
+
+
+# Values a client sent, made safe to move a timestamp by (ddl.MAX_OFFSET_US says why): a stall offset that
+# is not a finite number of ms within a year reads NULL ("nan" or "1e30" failed the whole window's query),
+# and a span's end is its start plus its duration cut to a year (a duration of 2^64 ns overflowed).
+STALL_AT = ("if(isFinite(TokenStallOffsetMs) AND TokenStallOffsetMs >= 0 AND "
+            f"TokenStallOffsetMs <= {MAX_OFFSET_US // 1000}, "
+            "addMicroseconds(Timestamp, toInt64(TokenStallOffsetMs * 1000)), NULL)")
+SPAN_END = f"addMicroseconds(Timestamp, least(intDiv(Duration, 1000), {MAX_OFFSET_US}))"
 
 
 class Phase(StrEnum):
@@ -91,7 +100,7 @@ def slowest(client, db: str, start: dt.datetime, end: dt.datetime, by: str = "tt
 SELECT TraceId AS trace_id, Timestamp AS started, ServiceName AS service, Model AS model, Instance AS instance,
        Pool AS pool, Strategy AS strategy, Outcome AS outcome, round(TtftMs, 1) AS ttft_ms,
        round(Duration / 1e6, 1) AS e2e_ms, round(TokenGapMaxMs, 1) AS max_gap_ms,
-       if(TokenStallOffsetMs IS NULL, NULL, addMicroseconds(Timestamp, toInt64(TokenStallOffsetMs * 1000))) AS stall_at,
+       {STALL_AT} AS stall_at,
        InputTokens AS input_tokens, OutputTokens AS output_tokens
 FROM {{db:Identifier}}.{{t_traces:Identifier}}
 WHERE {window} AND (TraceId, SpanId) IN (
@@ -248,11 +257,12 @@ def _tokens(timelines: list[dict[str, Any]]):
     for row in sorted(timelines, key=lambda r: r["span_id"]):
         previous = None
         for index, offset in enumerate(timeline_offsets(row["offsets"])):
-            yield row, index, offset, 0 if previous is None else offset - previous
+            # arrayDifference of UInt64 wraps in Int64, as here (only an absurd offset ever wraps)
+            yield row, index, offset, 0 if previous is None else (offset - previous + _INT64) % _UINT64 - _INT64
             previous = offset
 
 
-_UINT64 = 1 << 64
+_UINT64, _INT64 = 1 << 64, 1 << 63
 _NUMBER_TEXT = re.compile(r"\+?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?")
 
 
@@ -309,11 +319,9 @@ def _round(value: float, digits: int) -> float:
     return round(value * scale) / scale
 
 
-def _after(start: dt.datetime, offset_us: int) -> dt.datetime | None:
-    try:
-        return start + dt.timedelta(microseconds=offset_us)
-    except OverflowError:  # an offset past the year 9999 (only hostile or corrupt data)
-        return None
+def _after(start: dt.datetime, offset_us: int) -> dt.datetime:
+    """``start`` plus the offset cut to ``MAX_OFFSET_US``, as ``llm_token_events`` computes Timestamp."""
+    return start + dt.timedelta(microseconds=min(offset_us, MAX_OFFSET_US))
 
 
 def window_stalls(client, db: str, start: dt.datetime, end: dt.datetime, min_gap_ms: float = 500.0,
@@ -327,7 +335,7 @@ SELECT instance, minute, count() AS requests, round(max(gap), 1) AS max_gap_ms, 
        arrayMap(x -> x.2, arraySlice(arrayReverseSort(groupArray((gap, trace))), 1, 3)) AS example_traces
 FROM (
     SELECT TraceId AS trace, Instance AS instance, TokenGapMaxMs AS gap,
-           addMicroseconds(Timestamp, toInt64(ifNull(TokenStallOffsetMs, 0) * 1000)) AS stall_at,
+           ifNull({STALL_AT}, Timestamp) AS stall_at,
            toStartOfMinute(stall_at) AS minute
     FROM {{db:Identifier}}.{{t_traces:Identifier}}
     WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND IsRequest
@@ -377,7 +385,7 @@ FROM (
       AND Timestamp >= subtractMicroseconds({at:DateTime64(9)}, {lookback_us:Int64})
       AND IsRequest AND Instance = {instance:String}
       AND ({service:String} = '' OR ServiceName = {service:String})
-      AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) >= {at:DateTime64(9)}
+      AND {SPAN_END} >= {at:DateTime64(9)}
     ORDER BY Timestamp DESC
     LIMIT 1 BY TraceId
 ) AS request
@@ -386,12 +394,12 @@ LEFT JOIN (
     -- without them joins as false/NULL: no setting changed, the reader is readonly)
     SELECT TraceId,
            countIf(SpanName = {engine_queue:String}
-                   AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) > {at:DateTime64(9)}) > 0 AS in_engine_queue,
+                   AND {SPAN_END} > {at:DateTime64(9)}) > 0 AS in_engine_queue,
            countIf(SpanName = {engine_prefill:String}
-                   AND addMicroseconds(Timestamp, intDiv(Duration, 1000)) > {at:DateTime64(9)}) > 0 AS in_prefill,
+                   AND {SPAN_END} > {at:DateTime64(9)}) > 0 AS in_prefill,
            -- the engine's queue ends where its prefill begins (a prefill span may not have begun yet)
            if(countIf(SpanName = {engine_queue:String}) > 0,
-              maxIf(addMicroseconds(Timestamp, intDiv(Duration, 1000)), SpanName = {engine_queue:String}),
+              maxIf({SPAN_END}, SpanName = {engine_queue:String}),
               NULL) AS prefill_at,
            true AS has_phases
     FROM {db:Identifier}.{t_traces:Identifier}
@@ -400,7 +408,7 @@ LEFT JOIN (
       AND Timestamp >= subtractMicroseconds({at:DateTime64(9)}, {lookback_us:Int64})
     GROUP BY TraceId
 ) AS phases USING (TraceId)
-ORDER BY phase = {p_decode:String}, InputTokens DESC, trace_id""",
+ORDER BY phase = {p_decode:String}, InputTokens DESC, trace_id""".replace("{SPAN_END}", SPAN_END),
                  {**_at(db, tables), "instance": instance, "at": at, "lookback_us": int(lookback.total_seconds() * 1e6),
                   "service": service or "", "vllm_queue": attr.GEN_AI_LATENCY_QUEUE_S,
                   "engine_queue": attr.SPAN_ENGINE_QUEUE, "engine_prefill": attr.SPAN_PREFILL,
@@ -421,7 +429,7 @@ SELECT TraceId AS trace_id, RetryAttempt AS attempt, Instance AS instance, Times
        nullIf(SpanAttributes[{{k_error:String}}], '') AS error,
        toFloat64OrNull(SpanAttributes[{{k_backoff:String}}]) AS backoff_ms,
        if(RetryAttempt = 0, NULL, round(dateDiff('microsecond',
-           lagInFrame(addMicroseconds(Timestamp, intDiv(Duration, 1000))) OVER chain, Timestamp) / 1000, 1)) AS gap_ms
+           lagInFrame({SPAN_END}) OVER chain, Timestamp) / 1000, 1)) AS gap_ms
 FROM {{db:Identifier}}.{{t_traces:Identifier}}
 WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} AND SpanName = {{upstream:String}}
   AND TraceId IN (

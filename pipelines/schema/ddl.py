@@ -372,13 +372,20 @@ AS {_timeline_select(opts.table(t.traces, local=True), HAS_TIMELINE)}""",
 AS {token_rows(opts.table(t.token_timelines))}"""]
 
 
+# Offsets and durations are what a client sent. Moved onto a timestamp unchecked, one absurd value (an
+# offset of 2^64 us, a span ending at 2^64 ns) made ClickHouse fail the whole query (DateTime64 overflow).
+# Past a year they are corrupt: no request streams that long. Timestamps are computed from them cut to it.
+MAX_OFFSET_US = 365 * 86_400 * 1_000_000
+
+
 def token_rows(timelines: str, where: str = "") -> str:
     """One row per token from the timelines in ``timelines``: the SELECT of ``llm_token_events``.
 
     ``where`` (a ``WHERE ...`` clause on the timelines' own columns) filters them before their text is
     parsed. A filter on the view is applied after it: a point read of one trace's timeline through the
     view parsed all 512 timelines of the granules it read (9.9 ms on the server at 1M request spans,
-    against 6.3 ms with the filter inside; benchmarks/queries_latency.py).
+    against 6.3 ms with the filter inside; benchmarks/queries_latency.py). A token's ``Timestamp`` is its
+    offset, cut to ``MAX_OFFSET_US``, after the request's start.
     """
     offsets = "JSONExtract(OffsetsUs, 'Array(UInt64)')"
     return f"""SELECT
@@ -388,7 +395,7 @@ def token_rows(timelines: str, where: str = "") -> str:
     Model,
     Instance,
     toUInt32(index - 1) AS TokenIndex,
-    addMicroseconds(start, offset) AS Timestamp,
+    addMicroseconds(start, least(offset, {MAX_OFFSET_US})) AS Timestamp,
     offset AS OffsetUs,
     gap AS GapUs
 FROM (SELECT TraceId, SpanId, ServiceName, Model, Instance, Timestamp AS start, {offsets} AS offsets
@@ -498,6 +505,13 @@ ARRAY JOIN
     arrayDifference({TOKEN_OFFSETS}) AS gap,
     arrayEnumerate({TOKEN_OFFSETS}) AS index
 WHERE mapContains(SpanAttributes, {literal(attr.TOKEN_OFFSETS_US)})"""]
+
+
+def token_events_bounded(opts: SchemaOptions) -> list[str]:
+    """``llm_token_events`` again, its timestamps cut to ``MAX_OFFSET_US`` (schema version 8): before, one
+    timeline with an offset past DateTime64's range failed every query that read it."""
+    return [f"""CREATE OR REPLACE VIEW {opts.table(opts.tables.token_events)}{opts.on_cluster}
+AS {token_rows(opts.table(opts.tables.token_timelines))}"""]
 
 
 def token_events_upgrade(opts: SchemaOptions) -> list[str]:

@@ -1,8 +1,8 @@
 """Versioned, idempotent schema migrations.
 
 Each migration is a version, a name and the statements that build it. Every statement is
-``IF NOT EXISTS``, an ``ALTER ... MODIFY SETTING`` or an ``ALTER ... MODIFY COLUMN`` to a definition,
-so a migration interrupted half-way simply runs again; the applied versions are recorded in
+``IF NOT EXISTS``, ``CREATE OR REPLACE VIEW``, an ``ALTER ... MODIFY SETTING`` or an ``ALTER ... MODIFY
+COLUMN`` to a definition, so a migration interrupted half-way simply runs again; the applied versions are recorded in
 ``infersight_schema_migrations`` so later runs skip them. Retention (TTL) comes from the config and is
 reconciled on every run: changing ``clickhouse.retention`` and running ``infersight db migrate`` again
 alters the TTL of existing tables.
@@ -71,6 +71,8 @@ MIGRATIONS = (
               ddl.fallback_columns),
     Migration(7, "our receiver inserts into otel_traces_intake: a timeline with its summary is stored once, "
                  "in llm_token_timelines", ddl.trace_intake),
+    Migration(8, "llm_token_events cuts a token's timestamp at a year after the request's start, so that one "
+                 "absurd offset cannot fail the queries that read it", ddl.token_events_bounded),
 )
 
 def ttl_columns(tables: ddl.Tables) -> dict[str, tuple[str, str]]:
