@@ -50,7 +50,7 @@ def test_second_server_on_same_folder_fails_clearly(clickhouse_private_server):
 @pytest.mark.parametrize("role", ["writer", "reader"])
 def test_point_reads_keep_decompressed_blocks(clickhouse_server, clickhouse_database, role):
     """Both roles read through the uncompressed cache (clickhouse-local has none by default): the second
-    read of the same granule decompresses nothing."""
+    read of the same granule is served from it."""
     writer = clickhouse_server.client(clickhouse_database)
     writer.command("CREATE TABLE t (k UInt32, s String) ENGINE = MergeTree ORDER BY k")
     writer.command("INSERT INTO t SELECT number, repeat(toString(number), 50) FROM numbers(100000)")
