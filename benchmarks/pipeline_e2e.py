@@ -149,15 +149,17 @@ async def send_all(url: str, bodies: list[bytes], concurrency: int) -> dict:
     import aiohttp
 
     queue = list(reversed(bodies))
-    stats = {"retries_429": 0, "errors": 0}
+    stats = {"retries_429": 0, "errors": 0, "ack_seconds": []}
 
     async def worker(session):
         while queue:
             body = queue.pop()
             while True:
+                sent = time.perf_counter()
                 async with session.post(url, data=body, headers={"Content-Type": "application/x-protobuf"}) as resp:
                     await resp.read()
                     if resp.status == 200:
+                        stats["ack_seconds"].append(time.perf_counter() - sent)
                         break
                     if resp.status in (429, 503):
                         stats["retries_429"] += 1
@@ -177,7 +179,7 @@ async def send_all_grpc(target: str, bodies: list[bytes], concurrency: int) -> d
     import grpc
 
     queue = list(reversed(bodies))
-    stats = {"retries_429": 0, "errors": 0}
+    stats = {"retries_429": 0, "errors": 0, "ack_seconds": []}
     async with grpc.aio.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel:
         export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
 
@@ -186,7 +188,9 @@ async def send_all_grpc(target: str, bodies: list[bytes], concurrency: int) -> d
                 body = queue.pop()
                 while True:
                     try:
+                        sent = time.perf_counter()
                         await export(body, timeout=120)
+                        stats["ack_seconds"].append(time.perf_counter() - sent)
                         break
                     except grpc.aio.AioRpcError as exc:
                         if exc.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
@@ -249,6 +253,8 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
         started = time.perf_counter()
         stats = asyncio.run(asyncio.wait_for(sender, timeout))
         acked = time.perf_counter() - started
+        waits = sorted(stats.pop("ack_seconds"))
+        stats.update(ack_p50_s=waits[len(waits) // 2], ack_p99_s=waits[int(len(waits) * 0.99)], ack_max_s=waits[-1])
         if stats["errors"]:
             raise RuntimeError(f"{stats['errors']} requests were refused; the figures would be meaningless")
         deadline = time.monotonic() + timeout
@@ -285,6 +291,8 @@ def report(r: dict) -> None:
           f"({r['request_bytes_per_span']:.0f} B/span on the wire):\n"
           f"  end to end     {rate:>10,.0f} spans/s  ({r['spans']:,} spans in {r['seconds']:.2f} s; all acknowledged "
           f"after {r['acked_seconds']:.2f} s; {r['retries_429']} x 429, {r['errors']} errors)\n"
+          f"  one export's wait for its 200: median {r['ack_p50_s']:.2f} s, p99 {r['ack_p99_s']:.2f} s, "
+          f"max {r['ack_max_s']:.2f} s (the OTel Collector's exporter gives up at 5 s)\n"
           f"  token rows     {r['tokens_per_s']:>10,.0f} rows/s   ({r['token_rows']:,} rows)\n"
           f"  vs goal 100k/s x{rate / GOAL:.2f};  vs Python rows ~40k/s/core x{rate / BASELINE_PY_ROWS:.2f};  "
           f"vs Arrow insert alone ~140k/s x{rate / BASELINE_ARROW_INSERT:.2f};  "
@@ -297,36 +305,43 @@ def report(r: dict) -> None:
           flush=True)
 
 
-Case = tuple[float, int, str, int | None, str]
+Case = tuple[float, int, str, int | None, str, int | None]
 
 
 def parse_case(text: str) -> Case:
-    """``SHARE/PARALLELISM[/ENCODING[/INSERTS[/STORED]]]``: timeline share, pipeline.insert_parallelism,
-    text|array, pipeline.insert_threads (concurrent inserts; default --insert-threads), and where a
-    timeline is stored: once (llm_token_timelines, schema version 7) or twice (also in otel_traces'
-    SpanAttributes, as before version 7)."""
+    """``SHARE/PARALLELISM[/ENCODING[/INSERTS[/STORED[/QUEUE]]]]``: timeline share,
+    pipeline.insert_parallelism, text|array, pipeline.insert_threads (concurrent inserts; default
+    --insert-threads), where a timeline is stored: once (llm_token_timelines, schema version 7) or twice
+    (also in otel_traces' SpanAttributes, as before version 7), and a fixed queue bound in spans with no
+    bound by drain time (pipeline.queue_max_spans, as before the drain-time bound; default: the config's
+    bounds)."""
     parts = text.split("/")
     try:
         share, parallelism = float(parts[0]), int(parts[1])
-        encoding = parts[2] if len(parts) > 2 else "text"
+        encoding = parts[2] if len(parts) > 2 and parts[2] else "text"
         inserts = int(parts[3]) if len(parts) > 3 and parts[3] else None
-        stored = parts[4] if len(parts) > 4 else "once"
+        stored = parts[4] if len(parts) > 4 and parts[4] else "once"
+        queue = int(parts[5]) if len(parts) > 5 and parts[5] else None
     except (IndexError, ValueError):
         raise argparse.ArgumentTypeError(f"case {text!r}: expected SHARE/PARALLELISM[/text|array[/INSERTS"
-                                         "[/once|twice]]], e.g. 0/2 or 0/1/text/1 or 1/2/text/2/twice") from None
-    if (not 0 <= share <= 1 or parallelism < 1 or encoding not in ("text", "array") or len(parts) > 5
-            or (inserts is not None and inserts < 1) or stored not in ("once", "twice")):
+                                         "[/once|twice[/QUEUE]]]], e.g. 0/2 or 0/1/text/1 or 1/2/text/2/twice "
+                                         "or 0/2////300000") from None
+    if (not 0 <= share <= 1 or parallelism < 1 or encoding not in ("text", "array") or len(parts) > 6
+            or (inserts is not None and inserts < 1) or stored not in ("once", "twice")
+            or (queue is not None and queue < 1)):
         raise argparse.ArgumentTypeError(f"case {text!r}: share within 0..1, parallelism >= 1, text or array, "
-                                         "inserts >= 1, once or twice")
-    return share, parallelism, encoding, inserts, stored
+                                         "inserts >= 1, once or twice, queue >= 1")
+    return share, parallelism, encoding, inserts, stored, queue
 
 
 def case_name(case: Case) -> str:
-    share, parallelism, encoding, inserts, stored = case
+    share, parallelism, encoding, inserts, stored, queue = case
     timelines = f"{share:.0%} timelines ({encoding}{', stored twice' if stored == 'twice' else ''})" if share \
         else "no timelines"
     name = f"{timelines}, {parallelism} insert thread{'s' if parallelism > 1 else ''}"
-    return name if inserts is None else f"{name}, {inserts} concurrent insert{'s' if inserts > 1 else ''}"
+    if inserts is not None:
+        name += f", {inserts} concurrent insert{'s' if inserts > 1 else ''}"
+    return name if queue is None else f"{name}, queue fixed at {queue:,} spans"
 
 
 def main() -> int:
@@ -342,7 +357,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=600, help="concurrent client connections")
     parser.add_argument("--timeout", type=float, default=180, help="limit per case, seconds")
     parser.add_argument("--batch-rows", type=int, default=100_000, help="pipeline.batch_rows (default 100000)")
-    parser.add_argument("--queue-max-spans", type=int, default=300_000, help="pipeline.queue_max_spans")
+    parser.add_argument("--queue-max-spans", type=int, default=None,
+                        help="pipeline.queue_max_spans (default: the config's)")
     parser.add_argument("--batch-bytes", type=int, default=None, help="pipeline.batch_bytes (default: the config's)")
     parser.add_argument("--insert-threads", type=int, default=2, help="pipeline.insert_threads")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http", help="OTLP transport (default http)")
@@ -356,12 +372,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="infersight-bench-") as tmp:
         for round_number in range(args.rounds):
             for case in args.cases:
-                share, parallelism, encoding, inserts, stored = case
-                pipeline = {"batch_rows": args.batch_rows, "queue_max_spans": args.queue_max_spans,
-                            "insert_threads": inserts or args.insert_threads, "insert_parallelism": parallelism}
+                share, parallelism, encoding, inserts, stored, queue = case
+                pipeline = {"batch_rows": args.batch_rows, "insert_threads": inserts or args.insert_threads,
+                            "insert_parallelism": parallelism}
+                if queue is not None:  # the bound before the drain-time one: a fixed count of spans
+                    pipeline.update(queue_max_spans=queue, queue_max_seconds=1e9)
+                elif args.queue_max_spans:
+                    pipeline["queue_max_spans"] = args.queue_max_spans
                 if args.batch_bytes:
                     pipeline["batch_bytes"] = args.batch_bytes
-                workdir = Path(tmp) / f"r{round_number}-{share}-{parallelism}-{encoding}-{inserts}-{stored}"
+                workdir = Path(tmp) / f"r{round_number}-{share}-{parallelism}-{encoding}-{inserts}-{stored}-{queue}"
                 workdir.mkdir()
                 print(f"\nround {round_number + 1}: {case_name(case)}", end="", flush=True)
                 load_before = os.getloadavg()[0]
@@ -381,7 +401,8 @@ def summarize(rows: list[dict], names: list[str]) -> None:
     case of the same round (the first case), so that load from other jobs cancels out as far as it can."""
     baseline = names[0]
     print(f"\nsummary (min..max over rounds; ratios against '{baseline}' in the same round)")
-    print(f"{'case':<64}{'spans/s':>20}{'x baseline':>16}{'CPU-us/span':>16}{'cores busy':>14}{'load avg':>12}")
+    print(f"{'case':<64}{'spans/s':>20}{'x baseline':>16}{'CPU-us/span':>16}{'cores busy':>14}{'load avg':>12}"
+          f"{'429s':>14}{'ack p99 s':>14}{'ack max s':>14}")
     for name in names:
         mine = [r for r in rows if r["case"] == name]
         ratios = []
@@ -392,8 +413,11 @@ def summarize(rows: list[dict], names: list[str]) -> None:
         cpu = [1e6 * (r["cpu_clickhouse_s"] + r["cpu_receiver_s"]) / r["spans"] for r in mine]
         busy = [(r["cpu_clickhouse_s"] + r["cpu_receiver_s"]) / r["seconds"] for r in mine]
         load = [value for r in mine for value in r["load_average"]]
+        bounced = [r["retries_429"] for r in mine]
+        p99, worst = [r["ack_p99_s"] for r in mine], [r["ack_max_s"] for r in mine]
         print(f"{name:<64}{min(rates):>10,.0f}..{max(rates):<8,.0f}{min(ratios):>8.2f}..{max(ratios):<6.2f}"
-              f"{min(cpu):>8.1f}..{max(cpu):<6.1f}{min(busy):>7.2f}..{max(busy):<5.2f}{min(load):>6.1f}..{max(load):<5.1f}")
+              f"{min(cpu):>8.1f}..{max(cpu):<6.1f}{min(busy):>7.2f}..{max(busy):<5.2f}{min(load):>6.1f}..{max(load):<5.1f}"
+              f"{min(bounced):>7}..{max(bounced):<5}{min(p99):>7.2f}..{max(p99):<5.2f}{min(worst):>7.2f}..{max(worst):<5.2f}")
 
 
 if __name__ == "__main__":

@@ -48,8 +48,11 @@ def _writer() -> list[dict]:
     errors = f"sum by (kind) ({pipeline.INSERT_ERRORS.rate(RATE)})"
     retries = f"sum({pipeline.INSERT_RETRIES.rate(RATE)})"
     return [
-        timeseries("Spans queued in memory", "short", [Q(queue, "queued")],
-                   description="Spans accepted and waiting for their insert.",
+        timeseries("Spans queued in memory", "short",
+                   [Q(queue, "queued"), Q(f"sum({pipeline.QUEUE_LIMIT.select()})", "admitted at most")],
+                   description="Spans accepted and waiting for their insert, and the most the queue admits now "
+                               "(what the writer drains in pipeline.queue_max_seconds, capped by "
+                               "pipeline.queue_max_spans); queued at the limit means 429s.",
                    good="a sawtooth under pipeline.batch_rows; a rising floor means inserts fall behind."),
         timeseries("Insert latency", "s", insert, description="Duration of one batch insert into ClickHouse.",
                    good="well under pipeline.batch_seconds, so batches never pile up."),

@@ -318,7 +318,13 @@ class Pipeline(Section):
     insert_threads: int = Field(2, gt=0, le=16, description="concurrent ClickHouse inserts")
     insert_parallelism: int = Field(2, gt=0, le=16,
                                     description="threads ClickHouse uses per insert after parsing (max_insert_threads)")
-    queue_max_spans: int = Field(300_000, gt=0, description="spans held in memory; beyond: 429")
+    queue_max_spans: int = Field(1_000_000, gt=0, description="spans held in memory; beyond: 429")
+    # The OTel Collector's exporter times an export out after 5 s and sends it again: a queue that takes
+    # longer to drain would have data stored twice. At the writer's measured rate (~150k spans/s here) 3 s
+    # hold ~450k spans, where the former fixed 300k bound answered 429 to a busy writer
+    # (benchmarks/pipeline_e2e.py, issue 18).
+    queue_max_seconds: float = Field(3.0, gt=0, description="longest wait for an acknowledgement the queue "
+                                                            "admits, at the measured insert rate; beyond: 429")
     queue_max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="request bytes held in memory; beyond: 429")
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     max_attribute_length: int = Field(8192, gt=0)

@@ -36,6 +36,9 @@ ATTRIBUTES_TRUNCATED = declare("infersight_pipeline_attributes_truncated_total",
                                "Attribute values cut to the configured maximum length.", PRODUCER)
 QUEUE_DEPTH = declare("infersight_pipeline_queue_spans", Kind.GAUGE, "", (),
                       "Spans waiting in memory for the writer.", PRODUCER)
+QUEUE_LIMIT = declare("infersight_pipeline_queue_limit_spans", Kind.GAUGE, "", (),
+                      "Spans the queue admits now: the lesser of pipeline.queue_max_spans and what the writer "
+                      "drains in pipeline.queue_max_seconds at its measured rate.", PRODUCER)
 BATCH_ROWS = declare("infersight_pipeline_batch_rows", Kind.HISTOGRAM, "", ("table",),
                      "Rows per insert batch.", PRODUCER, BATCH_ROW_BUCKETS)
 INSERT_DURATION = declare("infersight_pipeline_insert_duration_seconds", Kind.HISTOGRAM, "seconds", ("table",),

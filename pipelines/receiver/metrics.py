@@ -20,6 +20,7 @@ class PipelineMetrics:
         self.rejected = sig.SPANS_REJECTED.register(r)
         self.truncated = sig.ATTRIBUTES_TRUNCATED.register(r)
         self.queue_depth = sig.QUEUE_DEPTH.register(r)
+        self.queue_limit = sig.QUEUE_LIMIT.register(r)
         self.batch_rows = sig.BATCH_ROWS.register(r).labels(table=table)
         self.insert_duration = sig.INSERT_DURATION.register(r).labels(table=table)
         self.retries = sig.INSERT_RETRIES.register(r)

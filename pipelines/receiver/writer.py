@@ -14,8 +14,10 @@ one batch while the next is parsed) does:
 4. when ClickHouse refuses a batch's data outright, inserts its requests one by one so that only the
    bad request fails (HTTP 400 / INVALID_ARGUMENT) and the rest are stored.
 
-Memory is bounded by ``queue_max_spans`` and ``queue_max_bytes``: beyond them :meth:`submit` raises
-:class:`QueueFull` (HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED).
+Memory is bounded by ``queue_max_spans`` and ``queue_max_bytes``, and the wait for an acknowledgement
+by ``queue_max_seconds`` at the writer's measured drain rate (drain.py): beyond them :meth:`submit`
+raises :class:`QueueFull` (HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED), with the time the
+excess takes to drain as the retry hint.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from infersight.config import Pipeline
+from infersight.pipelines.receiver.drain import DrainRate
 from infersight.pipelines.receiver.ingest_sql import frame, unframe
 from infersight.pipelines.receiver.metrics import PipelineMetrics
 from infersight.pipelines.receiver.otlp import canonical
@@ -65,6 +68,7 @@ class WriterOptions:
     batch_seconds: float = _PIPELINE.batch_seconds
     queue_max_spans: int = _PIPELINE.queue_max_spans
     queue_max_bytes: int = _PIPELINE.queue_max_bytes
+    queue_max_seconds: float = _PIPELINE.queue_max_seconds
     insert_attempts: int = _PIPELINE.insert_attempts
     retry_initial_seconds: float = _PIPELINE.retry_initial_seconds
     retry_max_seconds: float = _PIPELINE.retry_max_seconds
@@ -101,7 +105,9 @@ class Writer:
         self._replay_failures = 0
         self._next_replay = 0.0
         self._corrupt_counted = 0
+        self._drain = DrainRate(assumed_rate=options.batch_rows / options.batch_seconds)
         self._update_spool_gauges()
+        self._update_queue_limit()
 
     # -- the receivers' side ------------------------------------------------------------
     def submit(self, payload: bytes, spans: int) -> Future:
@@ -110,12 +116,7 @@ class Writer:
         with self._cond:
             if self._stopping:
                 raise Unavailable("the receiver is shutting down")
-            if self._pending_spans > 0 and self._pending_spans + spans > self.options.queue_max_spans:
-                raise QueueFull(f"{self._pending_spans} spans already waiting (pipeline.queue_max_spans="
-                                f"{self.options.queue_max_spans})", retry_after=self._retry_after())
-            if self._pending_bytes > 0 and self._pending_bytes + len(payload) > self.options.queue_max_bytes:
-                raise QueueFull(f"{self._pending_bytes} bytes already waiting (pipeline.queue_max_bytes="
-                                f"{self.options.queue_max_bytes})", retry_after=self._retry_after())
+            self._admit(spans, len(payload))
             self._queue.append(request)
             self._queued_bytes += len(payload)
             self._queued_spans += spans
@@ -124,6 +125,27 @@ class Writer:
             self.metrics.queue_depth.set(self._pending_spans)
             self._cond.notify()
         return request.future
+
+    def _admit(self, spans: int, size: int) -> None:
+        """Raise QueueFull unless the request fits every bound (an empty queue takes any request)."""
+        opts, pending = self.options, self._pending_spans
+        if pending == 0:
+            return
+        rate = self._drain.spans_per_second
+        if pending + spans > opts.queue_max_spans:
+            raise QueueFull(f"{pending} spans already waiting (pipeline.queue_max_spans={opts.queue_max_spans})",
+                            retry_after=self._retry_after(pending + spans - opts.queue_max_spans, rate))
+        if self._pending_bytes + size > opts.queue_max_bytes:
+            excess = (self._pending_bytes + size - opts.queue_max_bytes) / self._pending_bytes * pending
+            raise QueueFull(f"{self._pending_bytes} bytes already waiting (pipeline.queue_max_bytes="
+                            f"{opts.queue_max_bytes})", retry_after=self._retry_after(excess, rate))
+        drained = rate * opts.queue_max_seconds
+        if pending + spans > drained:
+            shown = f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+            raise QueueFull(f"{pending} spans already waiting, {pending / rate:.1f} s of writing at "
+                            f"{'the measured' if self._drain.measured else 'an assumed'} {shown} spans/s "
+                            f"(pipeline.queue_max_seconds={opts.queue_max_seconds:g})",
+                            retry_after=self._retry_after(pending + spans - drained, rate))
 
     @property
     def pending_spans(self) -> int:
@@ -149,13 +171,17 @@ class Writer:
     # -- the writer thread --------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            batch = self._take_batch()
+            batch, full = self._take_batch()
             if batch:
+                self._drain.started()
                 try:
                     self._write(batch)
                 except Exception as exc:  # noqa: BLE001 - never leave a client waiting forever
                     log.exception("writer: unexpected error")
                     self._fail(batch, Unavailable(f"internal error: {exc}"))
+                finally:
+                    self._drain.finished(sum(r.spans for r in batch), full)
+                    self._update_queue_limit()
             if self.spool.has_backlog and time.monotonic() >= self._next_replay and not self._stopping:
                 if self._replaying.acquire(blocking=False):
                     try:
@@ -169,7 +195,8 @@ class Writer:
                 if self._stopping and not self._queue:
                     return
 
-    def _take_batch(self) -> list[_Request]:
+    def _take_batch(self) -> tuple[list[_Request], bool]:
+        """The next batch, and whether a bound cut it (``batch_rows``/``batch_bytes``: the writer is saturated)."""
         opts = self.options
         with self._cond:
             while True:
@@ -180,13 +207,13 @@ class Writer:
                         break
                     wait = opts.batch_seconds - age
                 elif self._stopping:
-                    return []
+                    return [], False
                 else:
                     wait = opts.batch_seconds
                 if self.spool.has_backlog and not self._replaying.locked():  # (another thread replaying: just wait)
                     replay_in = self._next_replay - time.monotonic()
                     if replay_in <= 0:
-                        return []
+                        return [], False
                     wait = min(wait, replay_in)
                 self._cond.wait(wait)
             batch, rows, size = [], 0, 0
@@ -198,7 +225,7 @@ class Writer:
                 size += len(request.payload)
             self._queued_bytes -= size
             self._queued_spans -= rows
-            return batch
+            return batch, bool(self._queue) or rows >= opts.batch_rows or size >= opts.batch_bytes
 
     def _write(self, batch: list[_Request]) -> None:
         framed = frame([r.payload for r in batch])
@@ -362,8 +389,14 @@ class Writer:
         ceiling = min(self.options.retry_max_seconds, self.options.retry_initial_seconds * (2 ** attempt))
         return random.uniform(ceiling / 2, ceiling)
 
-    def _retry_after(self) -> float:
-        return max(1.0, 2 * self.options.batch_seconds)
+    def _retry_after(self, excess_spans: float, rate: float) -> float:
+        """When the spans beyond the bound will have drained: at least 1 s (HTTP's Retry-After counts whole
+        seconds), at most retry_max_seconds."""
+        return min(max(1.0, excess_spans / rate), max(1.0, self.options.retry_max_seconds))
+
+    def _update_queue_limit(self) -> None:
+        opts = self.options
+        self.metrics.queue_limit.set(min(opts.queue_max_spans, self._drain.spans_per_second * opts.queue_max_seconds))
 
     def _update_spool_gauges(self) -> None:
         self.metrics.spool_bytes.set(self.spool.bytes)

@@ -149,3 +149,29 @@ def test_a_field_clickhouse_cannot_parse_is_dropped_not_the_request(dsn, ch, tmp
     assert ch.query("SELECT SpanName, SpanId FROM otel_traces WHERE SpanName = 'odd'").result_rows == [
         ("odd", "0102030405060708")]
     assert count(ch) == 3
+
+
+
+def test_the_queue_admits_what_drains_in_queue_max_seconds(dsn, ch, tmp_path):
+    """Beyond the memory bounds, a request waits only if the spans ahead of it drain in time: 429 with the
+    rate in the message, and a retry hint of when the excess will have drained."""
+    assumed = make_writer(dsn, tmp_path, batch_rows=10, batch_seconds=60, queue_max_seconds=1.0)
+    assumed.submit(b"x", 4)  # an empty queue takes any request
+    with pytest.raises(QueueFull, match=r"4 spans already waiting, 24.0 s of writing at an assumed 0.167 spans/s "
+                                        r"\(pipeline.queue_max_seconds=1\)") as full:
+        assumed.submit(b"y", 4)  # before any full batch: one batch (10 spans) per batch_seconds (60 s)
+    assert full.value.retry_after == 5.0  # 47 s to drain the excess, capped at retry_max_seconds
+
+    writer = make_writer(dsn, tmp_path / "measured", batch_rows=10, batch_seconds=60, queue_max_seconds=0.001).start()
+    try:
+        writer.submit(request(spans=10).SerializeToString(), 10).result(timeout=30)  # a full batch: measured
+        rate = writer._drain.spans_per_second
+        assert writer._drain.measured and rate > 10 / 60
+        assert writer.metrics.queue_limit._value.get() == pytest.approx(rate * 0.001)
+        waiting = writer.submit(request(spans=4).SerializeToString(), 4)
+        with pytest.raises(QueueFull, match=r"4 spans already waiting, [\d.]+ s of writing at the measured"):
+            writer.submit(request(spans=4).SerializeToString(), 4)
+    finally:
+        writer.stop()
+    waiting.result(timeout=0)  # the admitted request was written at stop
+    assert count(ch) == 14
