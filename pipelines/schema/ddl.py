@@ -119,6 +119,18 @@ def _number(key: str) -> str:
     return f"toFloat64OrNull({span_attr(key)})"
 
 
+# The longest time a request can take that the schema believes: a year (token offsets are cut there too).
+MAX_OFFSET_US = 365 * 86_400 * 1_000_000
+MAX_MS = MAX_OFFSET_US // 1000
+
+
+def bounded(expr: str, high: float | int = MAX_MS) -> str:
+    """``expr`` if it lies within 0..``high``, else NULL (unknown), so that a client's "nan", "inf",
+    "-5" or "1e308" cannot turn every percentile of its window into NaN or Infinity (schema version 9).
+    NaN fails both comparisons, so it reads as unknown too."""
+    return f"if({expr} >= 0 AND {expr} <= {high}, {expr}, NULL)"
+
+
 def _count(*keys: str) -> str:
     """The first of ``keys`` that holds a count, else 0."""
     return "coalesce(" + "".join(f"toUInt32OrNull({span_attr(key)}), " for key in keys) + "0)"
@@ -146,30 +158,31 @@ PROMOTED_COLUMNS = (
     ("Instance", "LowCardinality(String)", span_attr(attr.INSTANCE)),
     ("Pool", "LowCardinality(String)", span_attr(attr.POOL)),
     ("Strategy", "LowCardinality(String)", span_attr(attr.ROUTING_STRATEGY)),
-    ("TtftMs", "Nullable(Float64)", _ms(attr.TTFT_MS, attr.GEN_AI_LATENCY_TTFT_S)),
-    ("TpotMs", "Nullable(Float64)", f"coalesce({_number(attr.TPOT_MS)}, {_VLLM_TPOT_MS})"),
-    ("QueueMs", "Nullable(Float64)", _ms(attr.QUEUE_MS, attr.GEN_AI_LATENCY_QUEUE_S)),
+    ("TtftMs", "Nullable(Float64)", bounded(_ms(attr.TTFT_MS, attr.GEN_AI_LATENCY_TTFT_S))),
+    ("TpotMs", "Nullable(Float64)", bounded(f"coalesce({_number(attr.TPOT_MS)}, {_VLLM_TPOT_MS})")),
+    ("QueueMs", "Nullable(Float64)", bounded(_ms(attr.QUEUE_MS, attr.GEN_AI_LATENCY_QUEUE_S))),
     ("InputTokens", "UInt32", _count(attr.GEN_AI_USAGE_INPUT_TOKENS, attr.GEN_AI_USAGE_PROMPT_TOKENS)),
     ("OutputTokens", "UInt32", _count(attr.GEN_AI_USAGE_OUTPUT_TOKENS, attr.GEN_AI_USAGE_COMPLETION_TOKENS)),
     ("CachedInputTokens", "UInt32", _count(attr.CACHED_INPUT_TOKENS, attr.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)),
     ("RetryAttempt", "Nullable(UInt16)", f"toUInt16OrNull({span_attr(attr.RETRY_ATTEMPT)})"),
     # The longest inter-token gap: the instrumentation's summary when present, else computed from the
     # kept timeline, so rows written by the plain OTel Collector get it too.
-    ("TokenGapMaxMs", "Nullable(Float64)",
-     f"if(mapContains(SpanAttributes, {literal(attr.TOKEN_GAP_MAX_MS)}), "
-     f"toFloat64OrNull({span_attr(attr.TOKEN_GAP_MAX_MS)}), "
-     f"if(length({TOKEN_OFFSETS}) > 1, arrayMax(arrayDifference({TOKEN_OFFSETS})) / 1000, NULL))"),
+    ("TokenGapMaxMs", "Nullable(Float64)", bounded(
+        f"if(mapContains(SpanAttributes, {literal(attr.TOKEN_GAP_MAX_MS)}), "
+        f"toFloat64OrNull({span_attr(attr.TOKEN_GAP_MAX_MS)}), "
+        f"if(length({TOKEN_OFFSETS}) > 1, arrayMax(arrayDifference({TOKEN_OFFSETS})) / 1000, NULL))")),
     # When the longest gap started (from the span start): the summary, else the offset of the token before it.
-    ("TokenStallOffsetMs", "Nullable(Float64)",
-     f"if(mapContains(SpanAttributes, {literal(attr.TOKEN_STALL_OFFSET_MS)}), "
-     f"toFloat64OrNull({span_attr(attr.TOKEN_STALL_OFFSET_MS)}), "
-     f"if(length({TOKEN_OFFSETS}) > 1, {TOKEN_OFFSETS}[arrayFirstIndex(gap -> gap = arrayMax(arrayDifference("
-     f"{TOKEN_OFFSETS})), arrayDifference({TOKEN_OFFSETS})) - 1] / 1000, NULL))"),
+    ("TokenStallOffsetMs", "Nullable(Float64)", bounded(
+        f"if(mapContains(SpanAttributes, {literal(attr.TOKEN_STALL_OFFSET_MS)}), "
+        f"toFloat64OrNull({span_attr(attr.TOKEN_STALL_OFFSET_MS)}), "
+        f"if(length({TOKEN_OFFSETS}) > 1, {TOKEN_OFFSETS}[arrayFirstIndex(gap -> gap = arrayMax(arrayDifference("
+        f"{TOKEN_OFFSETS})), arrayDifference({TOKEN_OFFSETS})) - 1] / 1000, NULL))")),
     ("IsRequest", "Bool", REQUEST_SPAN),
     # Routing details of gateway.route spans: promoted so that showing a trace never reads the whole
     # SpanAttributes map of its granule (token timelines make that map large).
     ("RoutingCandidates", "String", span_attr(attr.ROUTING_CANDIDATES)),
-    ("PrefixCacheRatio", "Nullable(Float64)", f"toFloat64OrNull({span_attr(attr.ROUTING_PREFIX_CACHE_RATIO)})"),
+    ("PrefixCacheRatio", "Nullable(Float64)",
+     bounded(f"toFloat64OrNull({span_attr(attr.ROUTING_PREFIX_CACHE_RATIO)})", 1)),
 )
 
 
@@ -239,12 +252,36 @@ def fallback_columns(opts: SchemaOptions) -> list[str]:
     ``ALTER TABLE otel_traces MATERIALIZE COLUMN TtftMs`` (a mutation over every part: heavy, optional).
     On a cluster the shards' tables and the Distributed table get the same definition.
     """
+    return _modify_columns(opts, FALLBACK_COLUMNS)
+
+
+def _modify_columns(opts: SchemaOptions, names: tuple[str, ...]) -> list[str]:
+    """``MODIFY COLUMN`` promoted columns to their current expressions, on the shards' tables and the
+    Distributed table alike."""
     t = opts.tables
     definitions = {name: (kind, expr) for name, kind, expr in PROMOTED_COLUMNS}
     modify = ",\n".join(f"    MODIFY COLUMN {name} {definitions[name][0]} MATERIALIZED {definitions[name][1]}"
-                         for name in FALLBACK_COLUMNS)
+                         for name in names)
     tables = [opts.table(t.traces, local=True)] + ([opts.table(t.traces)] if opts.cluster else [])
     return [f"ALTER TABLE {table}{opts.on_cluster}\n{modify}" for table in tables]
+
+
+# The promoted columns that schema version 9 bounds (``bounded``): timings and the cache ratio.
+BOUNDED_COLUMNS = ("TtftMs", "TpotMs", "QueueMs", "TokenGapMaxMs", "TokenStallOffsetMs", "PrefixCacheRatio")
+
+
+def bounded_columns(opts: SchemaOptions) -> list[str]:
+    """Version 9: timings outside 0..a year (and a cache ratio outside 0..1) are stored as unknown.
+
+    Before, one span with a TTFT of "inf" or "1e308" made the p95 and p99 of its whole window Infinity
+    and the p50 NaN, in the per-minute rollup and in every query over the promoted columns. As in
+    version 6 only the expressions change (instant, idempotent); parts written before keep their
+    values until ``ALTER TABLE otel_traces MATERIALIZE COLUMN TtftMs`` rewrites them. The rollup's view
+    gets the same bound by ``MODIFY QUERY``, atomically, so no insert meanwhile misses the rollup.
+    """
+    t = opts.tables
+    return [*_modify_columns(opts, BOUNDED_COLUMNS),
+            f"ALTER TABLE {opts.view_of(t.requests_1m)}{opts.on_cluster}\nMODIFY QUERY {requests_rollup_select(opts)}"]
 
 
 def create_database(opts: SchemaOptions) -> str:
@@ -375,9 +412,6 @@ AS {token_rows(opts.table(t.token_timelines))}"""]
 # Offsets and durations are what a client sent. Moved onto a timestamp unchecked, one absurd value (an
 # offset of 2^64 us, a span ending at 2^64 ns) made ClickHouse fail the whole query (DateTime64 overflow).
 # Past a year they are corrupt: no request streams that long. Timestamps are computed from them cut to it.
-MAX_OFFSET_US = 365 * 86_400 * 1_000_000
-
-
 def token_rows(timelines: str, where: str = "") -> str:
     """One row per token from the timelines in ``timelines``: the SELECT of ``llm_token_events``.
 
@@ -545,13 +579,7 @@ def requests_rollup(opts: SchemaOptions) -> list[str]:
     t = opts.tables
     days = opts.retention.rollups_days
     quantile_state = f"AggregateFunction(quantiles({QUANTILE_LEVELS}), Float64)"
-    outcome = span_attr(attr.REQUEST_OUTCOME)
-    ttft, tpot = f"toFloat64OrNull({span_attr(attr.TTFT_MS)})", f"toFloat64OrNull({span_attr(attr.TPOT_MS)})"
-    output_tokens = f"toUInt64OrZero({span_attr(attr.GEN_AI_USAGE_OUTPUT_TOKENS)})"
-    counts = (("Errors", Outcome.ERROR), ("Cancelled", Outcome.CANCELLED), ("Timeouts", Outcome.TIMEOUT),
-              ("Rejected", Outcome.REJECTED))
-    count_columns = "".join(f"    {name} SimpleAggregateFunction(sum, UInt64),\n" for name, _ in counts)
-    count_selects = "".join(f"    countIf({outcome} = {literal(value)}) AS {name},\n" for name, value in counts)
+    count_columns = "".join(f"    {name} SimpleAggregateFunction(sum, UInt64),\n" for name, _ in _ROLLUP_COUNTS)
     return [f"""CREATE TABLE IF NOT EXISTS {opts.table(t.requests_1m, local=True)}{opts.on_cluster} (
     Minute DateTime CODEC(Delta, ZSTD(1)),
     ServiceName LowCardinality(String),
@@ -573,7 +601,21 @@ SETTINGS ttl_only_drop_parts = 1""",
             *opts.distributed(t.requests_1m, "cityHash64(Instance)"),
             f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {opts.view_of(t.requests_1m)}{opts.on_cluster}
 TO {opts.table(t.requests_1m, local=True)}
-AS SELECT
+AS {requests_rollup_select(opts)}"""]
+
+
+_ROLLUP_COUNTS = (("Errors", Outcome.ERROR), ("Cancelled", Outcome.CANCELLED), ("Timeouts", Outcome.TIMEOUT),
+                  ("Rejected", Outcome.REJECTED))
+
+
+def requests_rollup_select(opts: SchemaOptions) -> str:
+    """The rollup view's query: one row per minute and dimensions, timings within ``bounded``."""
+    t = opts.tables
+    outcome = span_attr(attr.REQUEST_OUTCOME)
+    ttft, tpot = bounded(_number(attr.TTFT_MS)), bounded(_number(attr.TPOT_MS))
+    output_tokens = f"toUInt64OrZero({span_attr(attr.GEN_AI_USAGE_OUTPUT_TOKENS)})"
+    count_selects = "".join(f"    countIf({outcome} = {literal(value)}) AS {name},\n" for name, value in _ROLLUP_COUNTS)
+    return f"""SELECT
     toStartOfMinute(Timestamp) AS Minute,
     ServiceName,
     {span_attr(attr.GEN_AI_REQUEST_MODEL)} AS Model,
@@ -591,4 +633,6 @@ AS SELECT
     quantilesState({QUANTILE_LEVELS})(Duration / 1e6) AS E2eMs
 FROM {opts.table(t.traces, local=True)}
 WHERE {REQUEST_SPAN}
-GROUP BY Minute, ServiceName, Model, Instance, Pool, Strategy"""]
+GROUP BY Minute, ServiceName, Model, Instance, Pool, Strategy"""
+
+

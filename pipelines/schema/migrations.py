@@ -73,6 +73,8 @@ MIGRATIONS = (
                  "in llm_token_timelines", ddl.trace_intake),
     Migration(8, "llm_token_events cuts a token's timestamp at a year after the request's start, so that one "
                  "absurd offset cannot fail the queries that read it", ddl.token_events_bounded),
+    Migration(9, "timings outside 0..a year and cache ratios outside 0..1 are stored as unknown, so that one "
+                 "span's nan or inf cannot turn its window's percentiles into NaN or Infinity", ddl.bounded_columns),
 )
 
 def ttl_columns(tables: ddl.Tables) -> dict[str, tuple[str, str]]:

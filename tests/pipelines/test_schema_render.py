@@ -21,9 +21,10 @@ def test_single_server_uses_plain_engines_and_public_names():
     assert "_local" not in text
     assert "CREATE TABLE IF NOT EXISTS `obs`.`otel_traces` (" in text
     # Every statement can run twice: CREATE ... IF NOT EXISTS, CREATE OR REPLACE VIEW, DROP ... IF EXISTS, or an
-    # ALTER that only sets a setting or a column's whole definition.
+    # ALTER that only sets a setting, a column's whole definition or a view's whole query.
     assert all("IF NOT EXISTS" in s or s.startswith(("DROP TABLE IF EXISTS", "CREATE OR REPLACE VIEW"))
-               or (s.startswith("ALTER TABLE") and ("MODIFY SETTING" in s or "MODIFY COLUMN" in s)) for s in statements)
+               or (s.startswith("ALTER TABLE") and ("MODIFY SETTING" in s or "MODIFY COLUMN" in s
+                                                    or "MODIFY QUERY" in s)) for s in statements)
 
 
 def test_cluster_rendering():
@@ -39,10 +40,13 @@ def test_cluster_rendering():
     for name in (TABLES.traces, TABLES.trace_id_ts, TABLES.token_timelines, TABLES.requests_1m, TABLES.trace_intake):
         distributed = [s for s in statements if s.startswith(f"CREATE TABLE IF NOT EXISTS `obs`.`{name}` ON CLUSTER")]
         assert len(distributed) == 1 and f"ENGINE = Distributed('llm', 'obs', '{name}_local'" in distributed[0]
-    # Version 6 gives the shards' tables and the Distributed one the same column expressions.
+    # Versions 6 and 9 give the shards' tables and the Distributed one the same column expressions, and
+    # version 9 the rollup's view on every shard its bounded query.
     altered = [s.split("\n")[0] for s in statements if s.startswith("ALTER TABLE") and "MODIFY COLUMN TtftMs" in s]
     assert altered == ["ALTER TABLE `obs`.`otel_traces_local` ON CLUSTER `llm`",
-                       "ALTER TABLE `obs`.`otel_traces` ON CLUSTER `llm`"]
+                       "ALTER TABLE `obs`.`otel_traces` ON CLUSTER `llm`"] * 2
+    requeried = [s.split("\n")[0] for s in statements if "MODIFY QUERY" in s]
+    assert requeried == ["ALTER TABLE `obs`.`llm_requests_1m_mv_local` ON CLUSTER `llm`"]
     views = [s for s in statements if "MATERIALIZED VIEW" in s]
     assert len(views) == 5
     # Materialized views read and write the per-shard tables: each shard explodes its own inserts.
