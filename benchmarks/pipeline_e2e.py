@@ -305,27 +305,28 @@ def report(r: dict) -> None:
           flush=True)
 
 
-Case = tuple[float, int, str, int | None, str, int | None]
+Case = tuple[float, int, str, int | None, str, int | float | None]
 
 
 def parse_case(text: str) -> Case:
     """``SHARE/PARALLELISM[/ENCODING[/INSERTS[/STORED[/QUEUE]]]]``: timeline share,
     pipeline.insert_parallelism, text|array, pipeline.insert_threads (concurrent inserts; default
     --insert-threads), where a timeline is stored: once (llm_token_timelines, schema version 7) or twice
-    (also in otel_traces' SpanAttributes, as before version 7), and a fixed queue bound in spans with no
-    bound by drain time (pipeline.queue_max_spans, as before the drain-time bound; default: the config's
-    bounds)."""
+    (also in otel_traces' SpanAttributes, as before version 7), and the queue's bound: a count of spans
+    with no bound by drain time (pipeline.queue_max_spans, as before the drain-time bound), or seconds of
+    drain time such as 4s (pipeline.queue_max_seconds); default: the config's bounds."""
     parts = text.split("/")
     try:
         share, parallelism = float(parts[0]), int(parts[1])
         encoding = parts[2] if len(parts) > 2 and parts[2] else "text"
         inserts = int(parts[3]) if len(parts) > 3 and parts[3] else None
         stored = parts[4] if len(parts) > 4 and parts[4] else "once"
-        queue = int(parts[5]) if len(parts) > 5 and parts[5] else None
+        queue = (float(parts[5][:-1]) if parts[5].endswith("s") else int(parts[5])) \
+            if len(parts) > 5 and parts[5] else None
     except (IndexError, ValueError):
         raise argparse.ArgumentTypeError(f"case {text!r}: expected SHARE/PARALLELISM[/text|array[/INSERTS"
                                          "[/once|twice[/QUEUE]]]], e.g. 0/2 or 0/1/text/1 or 1/2/text/2/twice "
-                                         "or 0/2////300000") from None
+                                         "or 0/2////300000 or 0/2////4s") from None
     if (not 0 <= share <= 1 or parallelism < 1 or encoding not in ("text", "array") or len(parts) > 6
             or (inserts is not None and inserts < 1) or stored not in ("once", "twice")
             or (queue is not None and queue < 1)):
@@ -341,6 +342,8 @@ def case_name(case: Case) -> str:
     name = f"{timelines}, {parallelism} insert thread{'s' if parallelism > 1 else ''}"
     if inserts is not None:
         name += f", {inserts} concurrent insert{'s' if inserts > 1 else ''}"
+    if isinstance(queue, float):
+        return f"{name}, queue bound at {queue:g} s of drain time"
     return name if queue is None else f"{name}, queue fixed at {queue:,} spans"
 
 
@@ -375,7 +378,9 @@ def main() -> int:
                 share, parallelism, encoding, inserts, stored, queue = case
                 pipeline = {"batch_rows": args.batch_rows, "insert_threads": inserts or args.insert_threads,
                             "insert_parallelism": parallelism}
-                if queue is not None:  # the bound before the drain-time one: a fixed count of spans
+                if isinstance(queue, float):
+                    pipeline["queue_max_seconds"] = queue
+                elif queue is not None:  # the bound before the drain-time one: a fixed count of spans
                     pipeline.update(queue_max_spans=queue, queue_max_seconds=1e9)
                 elif args.queue_max_spans:
                     pipeline["queue_max_spans"] = args.queue_max_spans
