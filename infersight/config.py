@@ -320,11 +320,14 @@ class Pipeline(Section):
                                     description="threads ClickHouse uses per insert after parsing (max_insert_threads)")
     queue_max_spans: int = Field(1_000_000, gt=0, description="spans held in memory; beyond: 429")
     # The OTel Collector's exporter times an export out after 5 s and sends it again: a queue that takes
-    # longer to drain would have data stored twice. At the writer's measured rate (~150k spans/s here) 3 s
-    # hold ~450k spans, where the former fixed 300k bound answered 429 to a busy writer
+    # longer to drain would have data stored twice. So the queue is bounded by drain time at the writer's
+    # measured rate, not only by a count: on 2 cores (~75k spans/s) 4 s hold ~300k spans, the count that
+    # was the bound before, and a slow ClickHouse shortens the queue instead of the clients' patience.
+    # 4 s against the former fixed 300k, 2 x 2 inserts: 1.38-1.62x against 1.27-1.48x one insert, with
+    # 7-63 against 76-86 429s; at 3 s the bound bounced requests a busy writer would have taken in time
     # (benchmarks/pipeline_e2e.py, issue 18).
-    queue_max_seconds: float = Field(3.0, gt=0, description="longest wait for an acknowledgement the queue "
-                                                            "admits, at the measured insert rate; beyond: 429")
+    queue_max_seconds: float = Field(4.0, gt=0, description="longest the queued spans may take to drain "
+                                                            "at the measured insert rate; beyond: 429")
     queue_max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="request bytes held in memory; beyond: 429")
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     max_attribute_length: int = Field(8192, gt=0)
