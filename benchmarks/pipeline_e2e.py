@@ -217,7 +217,8 @@ def store_timelines_twice(client) -> None:
 
 
 def run_case(traces: int, timeline_share: float, concurrency: int, timeout: float, workdir: Path,
-             pipeline: dict, protocol: str = "http", encoding: str = "text", stored: str = "once") -> dict:
+             pipeline: dict, protocol: str = "http", encoding: str = "text", stored: str = "once",
+             refusal: str = "unread") -> dict:
     from infersight.pipelines.clickhouse_server import ClickHouseServer
     from infersight.pipelines.schema import ddl, migrations
     from infersight.pipelines.schema.ddl import SchemaOptions
@@ -236,7 +237,8 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
         ports_file = workdir / "ports.json"
         ports_file.unlink(missing_ok=True)
         receiver = subprocess.Popen(
-            [sys.executable, "-m", "infersight", "--config", str(config), "receive", "--dsn", server.dsn(DB),
+            [sys.executable, *(("-c", REFUSE_READ) if refusal == "read" else ("-m", "infersight")),
+             "--config", str(config), "receive", "--dsn", server.dsn(DB),
              "--otlp-http", "127.0.0.1:0", "--otlp-grpc", "127.0.0.1:0", "--spool-dir", str(workdir / "spool"),
              "--ports-file", str(ports_file)], stdout=subprocess.DEVNULL)
         while not ports_file.exists():
@@ -305,16 +307,20 @@ def report(r: dict) -> None:
           flush=True)
 
 
-Case = tuple[float, int, str, int | None, str, int | float | None]
+Case = tuple[float, int, str, int | None, str, int | float | None, str]
+# A receiver with the refusal before reading turned off: every 429 after reading and decoding the body, as before.
+REFUSE_READ = ("from infersight.pipelines.receiver.intake import Intake; Intake.refuse_if_full = lambda *a, **k: None; "
+               "import sys; from infersight.cli import main; sys.exit(main())")
 
 
 def parse_case(text: str) -> Case:
-    """``SHARE/PARALLELISM[/ENCODING[/INSERTS[/STORED[/QUEUE]]]]``: timeline share,
+    """``SHARE/PARALLELISM[/ENCODING[/INSERTS[/STORED[/QUEUE[/REFUSAL]]]]]``: timeline share,
     pipeline.insert_parallelism, text|array, pipeline.insert_threads (concurrent inserts; default
     --insert-threads), where a timeline is stored: once (llm_token_timelines, schema version 7) or twice
     (also in otel_traces' SpanAttributes, as before version 7), and the queue's bound: a count of spans
     with no bound by drain time (pipeline.queue_max_spans, as before the drain-time bound), or seconds of
-    drain time such as 4s (pipeline.queue_max_seconds); default: the config's bounds."""
+    drain time such as 4s (pipeline.queue_max_seconds); default: the config's bounds; and when a full queue
+    refuses: unread (before the body is read or decoded, now) or read (after, as before)."""
     parts = text.split("/")
     try:
         share, parallelism = float(parts[0]), int(parts[1])
@@ -323,35 +329,38 @@ def parse_case(text: str) -> Case:
         stored = parts[4] if len(parts) > 4 and parts[4] else "once"
         queue = (float(parts[5][:-1]) if parts[5].endswith("s") else int(parts[5])) \
             if len(parts) > 5 and parts[5] else None
+        refusal = parts[6] if len(parts) > 6 and parts[6] else "unread"
     except (IndexError, ValueError):
         raise argparse.ArgumentTypeError(f"case {text!r}: expected SHARE/PARALLELISM[/text|array[/INSERTS"
                                          "[/once|twice[/QUEUE]]]], e.g. 0/2 or 0/1/text/1 or 1/2/text/2/twice "
-                                         "or 0/2////300000 or 0/2////4s") from None
-    if (not 0 <= share <= 1 or parallelism < 1 or encoding not in ("text", "array") or len(parts) > 6
+                                         "or 0/2////300000 or 0/2////4s or 1/1/text/1//4s/read") from None
+    if (not 0 <= share <= 1 or parallelism < 1 or encoding not in ("text", "array") or len(parts) > 7
             or (inserts is not None and inserts < 1) or stored not in ("once", "twice")
-            or (queue is not None and queue < 1)):
+            or (queue is not None and queue < 1) or refusal not in ("unread", "read")):
         raise argparse.ArgumentTypeError(f"case {text!r}: share within 0..1, parallelism >= 1, text or array, "
-                                         "inserts >= 1, once or twice, queue >= 1")
-    return share, parallelism, encoding, inserts, stored, queue
+                                         "inserts >= 1, once or twice, queue >= 1, unread or read")
+    return share, parallelism, encoding, inserts, stored, queue, refusal
 
 
 def case_name(case: Case) -> str:
-    share, parallelism, encoding, inserts, stored, queue = case
+    share, parallelism, encoding, inserts, stored, queue, refusal = case
     timelines = f"{share:.0%} timelines ({encoding}{', stored twice' if stored == 'twice' else ''})" if share \
         else "no timelines"
     name = f"{timelines}, {parallelism} insert thread{'s' if parallelism > 1 else ''}"
     if inserts is not None:
         name += f", {inserts} concurrent insert{'s' if inserts > 1 else ''}"
     if isinstance(queue, float):
-        return f"{name}, queue bound at {queue:g} s of drain time"
-    return name if queue is None else f"{name}, queue fixed at {queue:,} spans"
+        name += f", queue bound at {queue:g} s of drain time"
+    elif queue is not None:
+        name += f", queue fixed at {queue:,} spans"
+    return name if refusal == "unread" else f"{name}, 429 after reading the body"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", type=int, default=50_000, help="traces per case (7 spans each; default 50000)")
     parser.add_argument("--cases", type=parse_case, nargs="+", default=[parse_case(c) for c in ("0/1", "0/2", "1/2")],
-                        metavar="SHARE/PARALLELISM[/ENCODING[/INSERTS[/STORED]]]",
+                        metavar="SHARE/PARALLELISM[/ENCODING[/INSERTS[/STORED[/QUEUE[/REFUSAL]]]]]",
                         help="cases, run in this order in every round; the first is the baseline the others are "
                              "compared with (default: 0/1 0/2 1/2, i.e. no timelines with one insert thread as "
                              "before issue 18, then two, then every request span with a timeline; a fourth field "
@@ -375,7 +384,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="infersight-bench-") as tmp:
         for round_number in range(args.rounds):
             for case in args.cases:
-                share, parallelism, encoding, inserts, stored, queue = case
+                share, parallelism, encoding, inserts, stored, queue, refusal = case
                 pipeline = {"batch_rows": args.batch_rows, "insert_threads": inserts or args.insert_threads,
                             "insert_parallelism": parallelism}
                 if isinstance(queue, float):
@@ -386,12 +395,12 @@ def main() -> int:
                     pipeline["queue_max_spans"] = args.queue_max_spans
                 if args.batch_bytes:
                     pipeline["batch_bytes"] = args.batch_bytes
-                workdir = Path(tmp) / f"r{round_number}-{share}-{parallelism}-{encoding}-{inserts}-{stored}-{queue}"
+                workdir = Path(tmp) / f"r{round_number}-" + "-".join(map(str, case))
                 workdir.mkdir()
                 print(f"\nround {round_number + 1}: {case_name(case)}", end="", flush=True)
                 load_before = os.getloadavg()[0]
                 r = run_case(args.traces, share, args.concurrency, args.timeout, workdir, pipeline, args.protocol,
-                             encoding, stored)
+                             encoding, stored, refusal)
                 r.update(round=round_number, case=case_name(case), insert_parallelism=parallelism, encoding=encoding,
                          insert_threads=pipeline["insert_threads"], load_average=(load_before, os.getloadavg()[0]))
                 rows.append(r)

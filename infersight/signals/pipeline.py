@@ -29,8 +29,9 @@ SPANS_ACCEPTED = declare("infersight_pipeline_spans_accepted_total", Kind.COUNTE
                          "Spans acknowledged (in ClickHouse or in the spool).", PRODUCER)
 SPANS_REJECTED = declare("infersight_pipeline_spans_rejected_total", Kind.COUNTER, "", ("protocol", "reason"),
                          "Spans refused, by reason (invalid_id, queue_full, unavailable, refused). A request refused "
-                         "whole before decoding (malformed, too_large, unauthorized, unsupported) has no span count: "
-                         "see infersight_pipeline_requests_total.",
+                         "whole before decoding (malformed, too_large, unauthorized, unsupported, and queue_full "
+                         "while the queue takes not one more span) has no span count: see "
+                         "infersight_pipeline_requests_total.",
                          PRODUCER)
 ATTRIBUTES_TRUNCATED = declare("infersight_pipeline_attributes_truncated_total", Kind.COUNTER, "", (),
                                "Attribute values cut to the configured maximum length.", PRODUCER)

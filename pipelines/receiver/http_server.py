@@ -2,8 +2,9 @@
 
 Answers: 200 (with ``partial_success`` when spans were rejected), 400 malformed, 401 bad token,
 413 body over ``pipeline.max_body_bytes`` (before or after gunzip), 415 content type or encoding,
-429 + Retry-After when the queue is full, 503 + Retry-After when neither ClickHouse nor the spool
-can take the data. Error bodies carry the reason (as a google.rpc.Status, per the OTLP spec).
+429 + Retry-After when the queue is full (before the body is read, when even one span would be
+refused), 503 + Retry-After when neither ClickHouse nor the spool can take the data. Error bodies carry
+the reason (as a google.rpc.Status, per the OTLP spec).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def build_app(intake: Intake, max_body_bytes: int) -> web.Application:
         if request.content_length is not None and request.content_length > max_body_bytes:
             return _answer(intake.refuse("http", ExportOutcome.TOO_LARGE,
                                          _too_large(request.content_length, max_body_bytes)), as_json)
+        # A full queue refuses before the body is read: a flood of retries then costs neither memory nor CPU.
+        queued_size = (request.content_length or 0) if encoding != "gzip" and not as_json else 0
+        if (full := intake.refuse_if_full("http", queued_size)) is not None:
+            return _answer(full, as_json)
         body = await _read_body(request, max_body_bytes)
         if body is None:
             return _answer(intake.refuse("http", ExportOutcome.TOO_LARGE,

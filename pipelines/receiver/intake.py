@@ -38,7 +38,22 @@ class Intake:
             return True
         return hmac.compare_digest((authorization or "").encode(), self._expected)
 
+    def refuse_if_full(self, protocol: str, size: int = 0) -> Answer | None:
+        """429 for a request whose spans are not known yet, when the queue would refuse even one span of it.
+
+        Asked before a body is read (HTTP) or decoded (both): the refusal then costs neither the body's memory
+        nor its decode. Its spans stay uncounted (received and rejected); ``requests_total{outcome="queue_full"}``
+        counts the request. ``size``: the bytes it will queue, where known before decoding (0 if not).
+        """
+        refusal = self.writer.refusal(size=size)
+        if refusal is None:
+            return None
+        return self._count(protocol, Answer(ExportOutcome.QUEUE_FULL, str(refusal), retry_after=refusal.retry_after))
+
     async def export(self, protocol: str, body: bytes, as_json: bool) -> Answer:
+        # A protobuf body is queued as it came; a JSON body's queued size is known only once converted.
+        if (full := self.refuse_if_full(protocol, 0 if as_json else len(body))) is not None:
+            return full
         try:
             if as_json:
                 decoded = otlp.decode_json(body, self.max_attribute_length)

@@ -126,26 +126,41 @@ class Writer:
             self._cond.notify()
         return request.future
 
+    def refusal(self, spans: int = 1, size: int = 0) -> QueueFull | None:
+        """The 429 a request of ``spans`` spans and ``size`` bytes gets now, or None if it would be admitted.
+
+        The receivers ask with the default one span before a body is read or decoded: when even that is
+        refused, the request is refused unread, so a flood on a full queue costs neither memory nor a decode.
+        """
+        with self._cond:
+            return self._refusal(spans, size)
+
     def _admit(self, spans: int, size: int) -> None:
-        """Raise QueueFull unless the request fits every bound (an empty queue takes any request)."""
+        refusal = self._refusal(spans, size)
+        if refusal is not None:
+            raise refusal
+
+    def _refusal(self, spans: int, size: int) -> QueueFull | None:
+        """Unless the request fits every bound (an empty queue takes any request); the caller holds the lock."""
         opts, pending = self.options, self._pending_spans
         if pending == 0:
-            return
+            return None
         rate = self._drain.spans_per_second
         if pending + spans > opts.queue_max_spans:
-            raise QueueFull(f"{pending} spans already waiting (pipeline.queue_max_spans={opts.queue_max_spans})",
-                            retry_after=self._retry_after(pending + spans - opts.queue_max_spans, rate))
+            return QueueFull(f"{pending} spans already waiting (pipeline.queue_max_spans={opts.queue_max_spans})",
+                             retry_after=self._retry_after(pending + spans - opts.queue_max_spans, rate))
         if self._pending_bytes + size > opts.queue_max_bytes:
             excess = (self._pending_bytes + size - opts.queue_max_bytes) / self._pending_bytes * pending
-            raise QueueFull(f"{self._pending_bytes} bytes already waiting (pipeline.queue_max_bytes="
-                            f"{opts.queue_max_bytes})", retry_after=self._retry_after(excess, rate))
+            return QueueFull(f"{self._pending_bytes} bytes already waiting (pipeline.queue_max_bytes="
+                             f"{opts.queue_max_bytes})", retry_after=self._retry_after(excess, rate))
         drained = rate * opts.queue_max_seconds
         if pending + spans > drained:
             shown = f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
-            raise QueueFull(f"{pending} spans already waiting, {pending / rate:.1f} s of writing at "
-                            f"{'the measured' if self._drain.measured else 'an assumed'} {shown} spans/s "
-                            f"(pipeline.queue_max_seconds={opts.queue_max_seconds:g})",
-                            retry_after=self._retry_after(pending + spans - drained, rate))
+            return QueueFull(f"{pending} spans already waiting, {pending / rate:.1f} s of writing at "
+                             f"{'the measured' if self._drain.measured else 'an assumed'} {shown} spans/s "
+                             f"(pipeline.queue_max_seconds={opts.queue_max_seconds:g})",
+                             retry_after=self._retry_after(pending + spans - drained, rate))
+        return None
 
     @property
     def pending_spans(self) -> int:

@@ -15,7 +15,7 @@ from infersight.pipelines.receiver.metrics import PipelineMetrics
 from infersight.pipelines.receiver.sink import ClickHouseSink
 from infersight.pipelines.receiver.spool import Spool
 from infersight.pipelines.receiver.writer import QueueFull, Refused, Writer, WriterOptions, batch_token
-from tests.pipelines.receiver_payloads import migrate, post, request, start_receiver
+from tests.pipelines.receiver_payloads import metric, migrate, post, request, start_receiver
 
 
 @pytest.fixture
@@ -175,3 +175,47 @@ def test_the_queue_admits_what_drains_in_queue_max_seconds(dsn, ch, tmp_path):
         writer.stop()
     waiting.result(timeout=0)  # the admitted request was written at stop
     assert count(ch) == 14
+
+
+def test_a_full_queue_refuses_before_reading_or_decoding_the_body(dsn, tmp_path):
+    """Once even one more span would be refused, a request gets its 429 before its body is read (HTTP) or
+    decoded (gRPC): a flood of retries on a full queue costs neither memory nor a decode. Its spans are
+    unknown, so only the request is counted."""
+    import socket
+    import urllib.request
+
+    handle = start_receiver(dsn, tmp_path / "spool", queue_max_spans=10, batch_seconds=3.0)
+    first: dict = {}
+    try:
+        url = handle.http_url + "/v1/traces"
+        waiting = threading.Thread(target=lambda: first.update(status=post(url, request(10).SerializeToString())[0]))
+        waiting.start()
+        deadline = time.monotonic() + 20
+        while handle.receiver.writer.pending_spans < 10:  # the queue is full, its spans waiting for their batch
+            assert time.monotonic() < deadline and waiting.is_alive(), first
+            waiting.join(0.01)
+        host, port = handle.http_url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            # 100 kB announced, 10 bytes sent: the answer comes while the body is still unread
+            conn.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                         b"Content-Length: 100000\r\n\r\n" + b"\x0a" * 10)
+            head = conn.recv(65536).decode("latin-1")
+        assert head.startswith("HTTP/1.1 429 ") and "Retry-After: " in head
+        assert "queue_max_spans=10" in head  # the reason, in the google.rpc.Status body
+        with grpc.insecure_channel(handle.grpc_target) as channel:
+            export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+            with pytest.raises(grpc.RpcError) as err:
+                export(b"not protobuf at all", timeout=10)  # not decoded: refused as full, not as malformed
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "grpc-status-details-bin" in dict(err.value.trailing_metadata())
+        with urllib.request.urlopen(handle.http_url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        waiting.join(30)
+        assert first["status"] == 200  # the queued request was stored and acknowledged
+    finally:
+        handle.stop()
+    assert metric(text, "infersight_pipeline_requests_total", protocol="http", outcome="queue_full") == 1
+    assert metric(text, "infersight_pipeline_requests_total", protocol="grpc", outcome="queue_full") == 1
+    assert metric(text, "infersight_pipeline_requests_total", outcome="malformed") == 0
+    assert metric(text, "infersight_pipeline_spans_received_total") == 10  # the refused spans were never counted
+    assert metric(text, "infersight_pipeline_spans_rejected_total") == 0
