@@ -395,7 +395,7 @@ def main() -> int:
                     pipeline["queue_max_spans"] = args.queue_max_spans
                 if args.batch_bytes:
                     pipeline["batch_bytes"] = args.batch_bytes
-                workdir = Path(tmp) / f"r{round_number}-" + "-".join(map(str, case))
+                workdir = Path(tmp) / f"r{round_number}-{'-'.join(map(str, case))}"
                 workdir.mkdir()
                 print(f"\nround {round_number + 1}: {case_name(case)}", end="", flush=True)
                 load_before = os.getloadavg()[0]

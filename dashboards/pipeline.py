@@ -26,15 +26,19 @@ def _receiver(limits: Thresholds) -> list[dict]:
                    description="Spans arriving over OTLP and spans stored (or spooled).",
                    good="the two lines on top of each other."),
         timeseries("Spans refused", SPANS_PER_S, [Q(rejected, "{{protocol}} {{reason}}")],
-                   description="Spans refused, by reason (malformed, invalid ids, too large, overloaded).",
-                   good="empty; overloaded means the receiver answered 429 and clients retry."),
+                   description="Spans refused, by reason (invalid_id, queue_full, unavailable, refused). Requests "
+                               "refused whole (malformed, too large, unauthorized, and 429s while the queue takes "
+                               "not one more span, refused unread) have no span count: see Export requests by "
+                               "outcome.",
+                   good="empty; queue_full means the receiver answered 429 and clients retry."),
         timeseries("Refused share of spans", "percentunit", [Q(rejected_share, "{{protocol}}")],
                    line=Line(limits.spans_rejected_ratio),
                    description="Refused over received; the line is thresholds.spans_rejected_ratio.",
                    good="under the line, ideally 0."),
         timeseries("Export requests by outcome", "reqps", [Q(requests, "{{protocol}} {{outcome}}")], stack=True,
                    width=12, description="OTLP export requests by the receiver's answer.",
-                   good="all ok; malformed requests come from a misconfigured SDK."),
+                   good="all ok; malformed requests come from a misconfigured SDK, queue_full from overload "
+                        "(clients retry)."),
         timeseries("Attributes truncated", "ops", [Q(truncated, "truncated")], width=12,
                    description="Attribute values cut at pipeline.max_attribute_length.",
                    good="0; a steady rate is an instrumentation writing prompts or blobs into attributes."),
