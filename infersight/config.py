@@ -328,7 +328,9 @@ class Pipeline(Section):
     # (benchmarks/pipeline_e2e.py, issue 18).
     queue_max_seconds: float = Field(4.0, gt=0, description="longest the queued spans may take to drain "
                                                             "at the measured insert rate; beyond: 429")
-    queue_max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="request bytes held in memory; beyond: 429")
+    queue_max_bytes: int = Field(256 * 1024 * 1024, gt=0,
+                                 description="request bytes queued in memory, and apart from them the bytes of "
+                                             "OTLP/HTTP bodies still arriving; beyond either: 429")
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     max_attribute_length: int = Field(8192, gt=0)
     spool_dir: str = ".infersight/spool"

@@ -88,9 +88,9 @@ class Intake:
         m.accepted.labels(protocol=protocol).inc(decoded.spans)
         return self._count(protocol, Answer(ExportOutcome.OK, note, decoded.invalid_ids))
 
-    def refuse(self, protocol: str, kind: ExportOutcome, message: str) -> Answer:
+    def refuse(self, protocol: str, kind: ExportOutcome, message: str, retry_after: float = 0.0) -> Answer:
         """A whole request refused before decoding (its spans are unknown, so only the request counts)."""
-        return self._count(protocol, Answer(kind, message))
+        return self._count(protocol, Answer(kind, message, retry_after=retry_after))
 
     def _count(self, protocol: str, answer: Answer) -> Answer:
         self.metrics.requests.labels(protocol=protocol, outcome=answer.kind.value).inc()

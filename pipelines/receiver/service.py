@@ -73,7 +73,7 @@ class Receiver:
         tls = _tls(p.tls_cert_file, p.tls_key_file)
         self.writer.start()
         # auto_decompress off: we gunzip ourselves, bounded by max_body_bytes (a gzip bomb stops there).
-        self._runner = web.AppRunner(build_app(self.intake, p.max_body_bytes), access_log=None,
+        self._runner = web.AppRunner(build_app(self.intake, p.max_body_bytes, p.queue_max_bytes), access_log=None,
                                      auto_decompress=False)
         await self._runner.setup()
         http = split_listen(self.http_listen)

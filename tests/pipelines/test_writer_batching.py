@@ -219,3 +219,37 @@ def test_a_full_queue_refuses_before_reading_or_decoding_the_body(dsn, tmp_path)
     assert metric(text, "infersight_pipeline_requests_total", outcome="malformed") == 0
     assert metric(text, "infersight_pipeline_spans_received_total") == 10  # the refused spans were never counted
     assert metric(text, "infersight_pipeline_spans_rejected_total") == 0
+
+
+def test_bodies_arriving_at_once_are_held_to_queue_max_bytes(dsn, tmp_path):
+    """Many connections sending large bodies at once cannot exhaust memory: the bytes of bodies still
+    arriving are bound by pipeline.queue_max_bytes (taken as they arrive, not as announced), beyond which
+    a request gets 429 and what it sent is dropped; once a body has arrived its bytes are released."""
+    import socket
+
+    def head(size: int) -> bytes:
+        return (f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                f"Content-Length: {size}\r\n\r\n").encode()
+
+    def answer(conn) -> str:
+        return conn.recv(65536).decode("latin-1").split("\r\n", 1)[0]
+
+    slow, other = request(500).SerializeToString(), request(300).SerializeToString()  # ~31 kB and ~19 kB
+    handle = start_receiver(dsn, tmp_path / "spool", queue_max_bytes=40_000)
+    try:
+        host, port = handle.http_url.removeprefix("http://").rsplit(":", 1)
+        address = (host, int(port))
+        with socket.create_connection(address, timeout=20) as arriving:
+            arriving.sendall(head(len(slow)) + slow[:-10])  # held: all but its last 10 bytes
+            time.sleep(1.0)
+            with socket.create_connection(address, timeout=20) as second:
+                second.sendall(head(len(other)) + other)
+                assert answer(second) == "HTTP/1.1 429 Too Many Requests"
+            with socket.create_connection(address, timeout=20) as announcing:
+                announcing.sendall(head(10**6))  # announces much, sends nothing: holds nothing
+                time.sleep(0.5)
+                arriving.sendall(slow[-10:])
+                assert answer(arriving) == "HTTP/1.1 200 OK"
+        assert post(handle.http_url + "/v1/traces", other)[0] == 200  # nothing held now: taken
+    finally:
+        handle.stop()
