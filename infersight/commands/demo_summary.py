@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import statistics
 from collections import defaultdict
@@ -26,14 +27,22 @@ def _utc(ts: float) -> dt.datetime:
 
 
 def alerts_fired(prom_url: str, minute_at, start: float, end: float) -> list[dict[str, Any]]:
-    """Each alert (name, severity) that fired, when first, on how many series, from Prometheus's ALERTS."""
-    data = prometheus_query(prom_url, "query_range", {"query": 'ALERTS{alertstate="firing"}', "start": f"{start:.3f}",
-                                                      "end": f"{end:.3f}", "step": "1s"})
+    """Each alert (name, severity) that fired, when first, on how many series, from Prometheus's ALERTS.
+
+    The samples are read as stored (a range selector at ``end``), so a first firing is the evaluation that
+    fired it; a range query would round it up to its next step, after Alertmanager had already sent it on.
+    """
+    window_ms = max(1, math.ceil((end - start) * 1000))
+    data = prometheus_query(prom_url, "query", {"query": f'ALERTS{{alertstate="firing"}}[{window_ms}ms]',
+                                                "time": f"{end:.3f}"})
     first: dict[tuple[str, str], dict[str, Any]] = {}
     for series in data["result"]:
         labels = series["metric"]
         key = (labels.get("alertname", ""), labels.get("severity", ""))
-        ts = min(float(t) for t, _v in series["values"])
+        stamps = [float(t) for t, _v in series["values"] if float(t) >= start]
+        if not stamps:
+            continue
+        ts = min(stamps)
         row = first.setdefault(key, {"alert": key[0], "severity": key[1], "first_ts": ts, "series": 0, "example": {}})
         row["series"] += 1
         if ts <= row["first_ts"]:
