@@ -35,6 +35,19 @@ def make_writer(dsn, tmp_path, **options) -> Writer:
     return Writer(ClickHouseSink(dsn), Spool(tmp_path / "spool", 10**8), WriterOptions(**options), PipelineMetrics())
 
 
+def queue_one(handle, spans: int) -> tuple[threading.Thread, dict]:
+    """POST one request of ``spans`` spans from a thread and return once the receiver has queued it; the
+    dict gets its answer's status."""
+    url, first = handle.http_url + "/v1/traces", {}
+    waiting = threading.Thread(target=lambda: first.update(status=post(url, request(spans).SerializeToString())[0]))
+    waiting.start()
+    deadline = time.monotonic() + 20
+    while handle.receiver.writer.pending_spans < spans:
+        assert time.monotonic() < deadline and waiting.is_alive(), first
+        waiting.join(0.01)
+    return waiting, first
+
+
 def count(ch, table: str = "otel_traces") -> int:
     return ch.query(f"SELECT count() FROM {table}").result_rows[0][0]
 
@@ -96,15 +109,9 @@ def test_a_refused_request_fails_alone_and_its_batch_mates_are_stored(dsn, ch, t
 
 def test_a_full_queue_answers_429_and_resource_exhausted(dsn, tmp_path):
     handle = start_receiver(dsn, tmp_path / "spool", queue_max_spans=10, batch_seconds=3.0)
-    first: dict = {}
     try:
         url = handle.http_url + "/v1/traces"
-        waiting = threading.Thread(target=lambda: first.update(status=post(url, request(8).SerializeToString())[0]))
-        waiting.start()
-        deadline = time.monotonic() + 20
-        while handle.receiver.writer.pending_spans < 8:  # the first request is queued, waiting for its batch
-            assert time.monotonic() < deadline and waiting.is_alive(), first
-            waiting.join(0.01)
+        waiting, first = queue_one(handle, 8)  # queued, waiting for its batch
         status, headers, body = post(url, request(5).SerializeToString())
         assert status == 429 and int(headers["Retry-After"]) >= 1
         assert "queue_max_spans=10" in status_pb2.Status.FromString(body).message
@@ -185,15 +192,8 @@ def test_a_full_queue_refuses_before_reading_or_decoding_the_body(dsn, tmp_path)
     import urllib.request
 
     handle = start_receiver(dsn, tmp_path / "spool", queue_max_spans=10, batch_seconds=3.0)
-    first: dict = {}
     try:
-        url = handle.http_url + "/v1/traces"
-        waiting = threading.Thread(target=lambda: first.update(status=post(url, request(10).SerializeToString())[0]))
-        waiting.start()
-        deadline = time.monotonic() + 20
-        while handle.receiver.writer.pending_spans < 10:  # the queue is full, its spans waiting for their batch
-            assert time.monotonic() < deadline and waiting.is_alive(), first
-            waiting.join(0.01)
+        waiting, first = queue_one(handle, 10)  # the queue is full, its spans waiting for their batch
         host, port = handle.http_url.removeprefix("http://").rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=10) as conn:
             # 100 kB announced, 10 bytes sent: the answer comes while the body is still unread
