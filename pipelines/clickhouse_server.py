@@ -207,6 +207,8 @@ def serve(data_dir: str, run_dir: str, host: str, port: int) -> None:
     import secrets
     import threading
 
+    owner = os.getppid()
+
     from chdb import _chdb  # private entry point of chdb-core; pinned in pyproject.toml
 
     from infersight.pipelines import clickhouse_gate, clickhouse_users
@@ -238,9 +240,21 @@ def serve(data_dir: str, run_dir: str, host: str, port: int) -> None:
         _runner, bound = await clickhouse_gate.serve(gate, host, port)
         Path(PORT_FILE + ".tmp").write_text(str(bound))
         os.replace(PORT_FILE + ".tmp", PORT_FILE)
-        await asyncio.Event().wait()
+        await _until_orphaned(owner)
+        # The owner died without stopping us (SIGKILL, the OOM killer): exit as stop() would have made us,
+        # so the data folder is free for the next start instead of held by a server nobody knows of.
+        print(f"clickhouse server: owner process {owner} is gone; stopping", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     asyncio.run(run())
+
+
+async def _until_orphaned(owner: int, every: float = 0.5) -> None:
+    """Return once this process's parent is no longer ``owner`` (it died and the process was re-parented)."""
+    import asyncio
+
+    while os.getppid() == owner:
+        await asyncio.sleep(every)
 
 
 def _config_xml(credentials, secret: str) -> str:

@@ -62,3 +62,56 @@ def test_point_reads_keep_decompressed_blocks(clickhouse_server, clickhouse_data
     before = writer.query(hits).result_rows[0][0]
     assert client.query(read).result_rows == [("4242" * 50,)]
     assert writer.query(hits).result_rows[0][0] > before  # (the suite runs one test at a time)
+
+
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie nobody has reaped yet (in a container, PID 1 may never reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_the_server_stops_when_its_owner_dies_without_stopping_it(tmp_path):
+    """An owner killed by SIGKILL (or the OOM killer) runs no cleanup: the server notices it was orphaned
+    and stops, so the data folder can be opened again instead of being held by a server nobody knows of."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import require_chdb
+
+    require_chdb()
+    data, pid_file = tmp_path / "clickhouse", tmp_path / "server.pid"
+    owner = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path\n"
+        "from infersight.pipelines.clickhouse_server import ClickHouseServer\n"
+        f"server = ClickHouseServer({str(data)!r}).start()\n"
+        f"Path({str(pid_file)!r}).write_text(str(server.proc.pid))\n"
+        "time.sleep(600)\n")])
+    try:
+        deadline = time.monotonic() + 90
+        while not pid_file.exists():
+            assert owner.poll() is None and time.monotonic() < deadline, "the owner did not start its server"
+            time.sleep(0.1)
+        server_pid = int(pid_file.read_text())
+        assert not _exited(server_pid)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+        deadline = time.monotonic() + 15
+        while not _exited(server_pid):
+            assert time.monotonic() < deadline, "the orphaned server is still running"
+            time.sleep(0.1)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        if pid_file.exists() and not _exited(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    again = ClickHouseServer(data, startup_timeout=30).start()  # the folder is free
+    try:
+        assert again.client().query("SELECT 1").result_rows == [(1,)]
+    finally:
+        again.stop()
