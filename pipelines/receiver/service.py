@@ -161,6 +161,16 @@ class ReceiverThread:
         asyncio.run_coroutine_threadsafe(self.receiver.stop(), self.loop).result(timeout=60)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        if self._thread.is_alive():
+            return
+        # A connection still discarding the rest of a refused body outlives the listeners' shutdown: end it
+        # here, or it is destroyed pending when the process exits ("Task was destroyed but it is pending!").
+        leftover = asyncio.all_tasks(self.loop)
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            self.loop.run_until_complete(asyncio.wait(leftover, timeout=5))
+        self.loop.close()
 
 
 async def serve_forever(receiver: Receiver, ports_file: str | None = None) -> None:
