@@ -207,12 +207,11 @@ def serve(data_dir: str, run_dir: str, host: str, port: int) -> None:
     import secrets
     import threading
 
-    owner = os.getppid()
-
     from chdb import _chdb  # private entry point of chdb-core; pinned in pyproject.toml
 
     from infersight.pipelines import clickhouse_gate, clickhouse_users
 
+    owner = os.getppid()  # the ClickHouseServer that started us: we stop when it is gone
     credentials = clickhouse_users.load(data_dir)
     if credentials is None:
         raise SystemExit(f"no credentials in {data_dir}; start the server through ClickHouseServer")

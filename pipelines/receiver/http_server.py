@@ -30,13 +30,13 @@ HTTP_STATUS = {
 RPC_CODE = {400: 3, 401: 16, 413: 8, 415: 3, 429: 8, 503: 14}  # google.rpc.Code for the error body
 
 
-def build_app(intake: Intake, max_body_bytes: int, max_held_bytes: int | None = None) -> web.Application:
+def build_app(intake: Intake, max_body_bytes: int, max_held_bytes: int) -> web.Application:
     """``max_held_bytes``: bytes of request bodies held in memory while they arrive, across all connections
     (pipeline.queue_max_bytes; once read, a body is decoded and queued without yielding to another request, and
     the queue holds as much again). Beyond it a request is answered 429 and what it sent so far dropped, so
     many connections sending large bodies at once cannot exhaust the receiver's memory."""
     app = web.Application(client_max_size=max_body_bytes + 1)
-    held = _Held(max_held_bytes or max_body_bytes)
+    arriving = app[ARRIVING] = Arriving(max_held_bytes)
 
     async def traces(request: web.Request) -> web.Response:
         as_json = request.content_type == JSON
@@ -58,7 +58,7 @@ def build_app(intake: Intake, max_body_bytes: int, max_held_bytes: int | None = 
         queued_size = (request.content_length or 0) if encoding != "gzip" and not as_json else 0
         if (full := intake.refuse_if_full("http", queued_size)) is not None:
             return _answer(full, as_json)
-        return _answer(await _receive(request, intake, _Hold(held), encoding, as_json, max_body_bytes), as_json)
+        return _answer(await _receive(request, intake, arriving, encoding, as_json, max_body_bytes), as_json)
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate(intake.metrics.registry),
@@ -73,14 +73,13 @@ def build_app(intake: Intake, max_body_bytes: int, max_held_bytes: int | None = 
     return app
 
 
-async def _receive(request: web.Request, intake: Intake, hold: _Hold, encoding: str, as_json: bool,
+async def _receive(request: web.Request, intake: Intake, arriving: Arriving, encoding: str, as_json: bool,
                    max_body_bytes: int) -> Answer:
     try:
-        body = await _read_body(request, max_body_bytes, hold)
+        body = await _read_body(request, max_body_bytes, arriving)
     except _OverBudget:
-        return intake.refuse("http", ExportOutcome.QUEUE_FULL, hold.refusal(), retry_after=1.0)
-    finally:
-        hold.release()  # from here to the queue nothing awaits: no other request's body arrives meanwhile
+        # No drain rate tells when bodies in flight will have arrived: the shortest hint HTTP can give.
+        return intake.refuse("http", ExportOutcome.QUEUE_FULL, arriving.refusal(), retry_after=1.0)
     if body is None:
         return intake.refuse("http", ExportOutcome.TOO_LARGE, _too_large(max_body_bytes + 1, max_body_bytes))
     if encoding == "gzip":
@@ -102,53 +101,50 @@ class _OverBudget(Exception):
     pass
 
 
-class _Held:
-    """Bytes of request bodies in memory across connections, against one bound (the event loop is one thread)."""
+class Arriving:
+    """Bytes of request bodies still arriving, across connections, against one bound (the event loop is one
+    thread). Counted as they arrive, not as announced: a client that announces much and sends little holds
+    nothing."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.bytes = 0
 
-
-class _Hold:
-    """One request's share of :class:`_Held`: taken as its body arrives, released once it has arrived."""
-
-    def __init__(self, held: _Held):
-        self.held, self.bytes = held, 0
-
-    def take(self, size: int) -> bool:
-        # Bodies are taken as they arrive, not as announced: a client that announces much and sends little holds
-        # nothing. The one request in memory is always taken (max_body_bytes bounds it).
-        if self.held.bytes > self.bytes and self.held.bytes + size > self.held.limit:
+    def take(self, mine: int, size: int) -> bool:
+        """``size`` more bytes for a body that holds ``mine`` already; a body alone is always taken
+        (max_body_bytes bounds it)."""
+        if self.bytes > mine and self.bytes + size > self.limit:
             return False
-        self.held.bytes += size
         self.bytes += size
         return True
 
-    def release(self) -> None:
-        self.held.bytes -= self.bytes
-        self.bytes = 0
-
     def refusal(self) -> str:
-        return (f"{self.held.bytes} bytes of request bodies already in memory (pipeline.queue_max_bytes="
-                f"{self.held.limit}); retry later")
+        return (f"{self.bytes} bytes of request bodies already arriving (pipeline.queue_max_bytes={self.limit}); "
+                "retry later")
 
 
-async def _read_body(request: web.Request, limit: int, hold: _Hold) -> bytes | None:
+ARRIVING = web.AppKey("arriving", Arriving)
+
+
+async def _read_body(request: web.Request, limit: int, arriving: Arriving) -> bytes | None:
     """The whole body, or None once it passes ``limit`` (chunked bodies have no Content-Length); raises
-    _OverBudget when the bodies in memory would pass their bound.
+    _OverBudget when the bodies arriving would pass their bound. Its bytes are released once it has arrived:
+    from there to the queue nothing awaits, so no other body arrives meanwhile, and the queue bounds it.
 
     ``StreamReader.read(n)`` returns what has arrived so far, not n bytes: read until EOF.
     """
     chunks, size = [], 0
-    while chunk := await request.content.read(1 << 20):
-        size += len(chunk)
-        if size > limit:
-            return None
-        if not hold.take(len(chunk)):
-            raise _OverBudget()
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        while chunk := await request.content.read(1 << 20):
+            if size + len(chunk) > limit:
+                return None
+            if not arriving.take(size, len(chunk)):
+                raise _OverBudget()
+            size += len(chunk)
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        arriving.bytes -= size
 
 
 def _gunzip(body: bytes, limit: int) -> bytes:

@@ -126,14 +126,14 @@ class Writer:
             self._cond.notify()
         return request.future
 
-    def refusal(self, spans: int = 1, size: int = 0) -> QueueFull | None:
-        """The 429 a request of ``spans`` spans and ``size`` bytes gets now, or None if it would be admitted.
+    def refusal(self, size: int = 0) -> QueueFull | None:
+        """The 429 a request of one span and ``size`` bytes gets now, or None if it would be admitted.
 
-        The receivers ask with the default one span before a body is read or decoded: when even that is
-        refused, the request is refused unread, so a flood on a full queue costs neither memory nor a decode.
+        The receivers ask before a body is read or decoded: when even one span is refused, the request is
+        refused unread, so a flood on a full queue costs neither memory nor a decode.
         """
         with self._cond:
-            return self._refusal(spans, size)
+            return self._refusal(1, size)
 
     def _admit(self, spans: int, size: int) -> None:
         refusal = self._refusal(spans, size)

@@ -10,6 +10,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
+from infersight.pipelines.receiver.http_server import ARRIVING
 from infersight.pipelines.receiver.ingest_sql import frame
 from infersight.pipelines.receiver.metrics import PipelineMetrics
 from infersight.pipelines.receiver.sink import ClickHouseSink
@@ -241,13 +242,18 @@ def test_bodies_arriving_at_once_are_held_to_queue_max_bytes(dsn, tmp_path):
         address = (host, int(port))
         with socket.create_connection(address, timeout=20) as arriving:
             arriving.sendall(head(len(slow)) + slow[:-10])  # held: all but its last 10 bytes
-            time.sleep(1.0)
+            bodies = handle.receiver._runner.app[ARRIVING]
+            deadline = time.monotonic() + 20
+            while bodies.bytes < len(slow) - 10:  # the receiver has read what was sent
+                assert time.monotonic() < deadline, bodies.bytes
+                time.sleep(0.01)
             with socket.create_connection(address, timeout=20) as second:
                 second.sendall(head(len(other)) + other)
                 assert answer(second) == "HTTP/1.1 429 Too Many Requests"
             with socket.create_connection(address, timeout=20) as announcing:
                 announcing.sendall(head(10**6))  # announces much, sends nothing: holds nothing
                 time.sleep(0.5)
+                assert bodies.bytes == len(slow) - 10
                 arriving.sendall(slow[-10:])
                 assert answer(arriving) == "HTTP/1.1 200 OK"
         assert post(handle.http_url + "/v1/traces", other)[0] == 200  # nothing held now: taken
