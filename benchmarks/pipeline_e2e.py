@@ -138,6 +138,40 @@ def cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
+def merge_cpu_seconds(pids: list[int]) -> float:
+    """CPU of ClickHouse's background merge threads (named ``MergeMutate``) in these processes."""
+    total = 0.0
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue
+            if stat[stat.index("(") + 1:stat.rindex(")")].startswith("MergeMutate"):
+                fields = stat.rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def settle_merges(client, timeout: float, quiet: float = 3.0) -> tuple[float, int]:
+    """Wait until ClickHouse has assigned no merge in ``DB`` for ``quiet`` seconds (or ``timeout``):
+    what the run's parts still cost after the last span was counted. Returns (seconds, active parts)."""
+    started = time.monotonic()
+    calm_since = started
+    while time.monotonic() - started < timeout:
+        if client.query(f"SELECT count() FROM system.merges WHERE database = '{DB}'").result_rows[0][0]:
+            calm_since = time.monotonic()
+        elif time.monotonic() - calm_since >= quiet:
+            break
+        time.sleep(0.2)
+    parts = client.query(f"SELECT count() FROM system.parts WHERE database = '{DB}' AND active").result_rows[0][0]
+    return time.monotonic() - started, parts
+
+
 def children_of(pid: int) -> list[int]:
     try:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -250,6 +284,7 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
             sender = send_all(f"http://127.0.0.1:{ports['http']}/v1/traces", bodies, concurrency)
         ch_pids = [server.proc.pid, *children_of(server.proc.pid)]
         ch_cpu0 = sum(cpu_seconds(p) for p in ch_pids)
+        merge_cpu0 = merge_cpu_seconds(ch_pids)
         rx_cpu0 = cpu_seconds(receiver.pid)
         me_cpu0 = time.process_time()
         started = time.perf_counter()
@@ -266,12 +301,18 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
                 raise TimeoutError(f"only {stored:,} of {spans:,} spans reached ClickHouse in {timeout} s")
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
+        ch_cpu, merge_cpu = sum(cpu_seconds(p) for p in ch_pids) - ch_cpu0, merge_cpu_seconds(ch_pids) - merge_cpu0
+        rx_cpu = cpu_seconds(receiver.pid) - rx_cpu0
+        # The merges of this run's parts go on after it: a row is merged again and again over its life, so
+        # CPU per span with the merges settled is the figure a fleet pays (counted only up to the settle).
+        settle_s, parts = settle_merges(client, min(timeout, 120))
+        tail_cpu = sum(cpu_seconds(p) for p in ch_pids) - ch_cpu0 - ch_cpu
         tokens = client.query(f"SELECT count() FROM {DB}.{ddl.DEFAULT_TABLES.token_events}").result_rows[0][0]
         result = {
             "timeline_share": timeline_share, "spans": spans, "seconds": elapsed, "acked_seconds": acked,
             "spans_per_s": spans / elapsed, "token_rows": tokens, "tokens_per_s": tokens / elapsed,
-            "cpu_clickhouse_s": sum(cpu_seconds(p) for p in ch_pids) - ch_cpu0,
-            "cpu_receiver_s": cpu_seconds(receiver.pid) - rx_cpu0,
+            "cpu_clickhouse_s": ch_cpu, "cpu_merges_s": merge_cpu, "cpu_after_s": tail_cpu,
+            "settle_s": settle_s, "active_parts": parts, "cpu_receiver_s": rx_cpu,
             "cpu_loadgen_s": time.process_time() - me_cpu0,
             "rss_receiver_mb": peak_rss_mb(receiver.pid),
             "rss_clickhouse_mb": max(peak_rss_mb(p) for p in ch_pids),
@@ -302,6 +343,9 @@ def report(r: dict) -> None:
           f"  CPU: ClickHouse {r['cpu_clickhouse_s']:.1f} s ({r['cpu_clickhouse_s'] / cpu:.0%}), receiver "
           f"{r['cpu_receiver_s']:.1f} s ({r['cpu_receiver_s'] / cpu:.0%}), load generator {r['cpu_loadgen_s']:.1f} s; "
           f"{1e6 * cpu / r['spans']:.1f} CPU-us per span stored; {cpu / r['seconds']:.2f} of 2 cores busy\n"
+          f"  merges: {r['cpu_merges_s']:.1f} s of ClickHouse's CPU during the run, then {r['cpu_after_s']:.1f} s more "
+          f"until none was assigned for 3 s ({r['settle_s']:.0f} s, {r['active_parts']} active parts left): "
+          f"{1e6 * (cpu + r['cpu_after_s']) / r['spans']:.1f} CPU-us per span with the merges settled\n"
           f"  peak RSS: receiver {r['rss_receiver_mb']:.0f} MiB, ClickHouse {r['rss_clickhouse_mb']:.0f} MiB"
           + (f"; load average {r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f}" if "load_average" in r else ""),
           flush=True)
@@ -415,8 +459,8 @@ def summarize(rows: list[dict], names: list[str]) -> None:
     case of the same round (the first case), so that load from other jobs cancels out as far as it can."""
     baseline = names[0]
     print(f"\nsummary (min..max over rounds; ratios against '{baseline}' in the same round)")
-    print(f"{'case':<64}{'spans/s':>20}{'x baseline':>16}{'CPU-us/span':>16}{'cores busy':>14}{'load avg':>12}"
-          f"{'429s':>14}{'ack p99 s':>14}{'ack max s':>14}")
+    print(f"{'case':<64}{'spans/s':>20}{'x baseline':>16}{'CPU-us/span':>16}{'of it merges':>16}"
+          f"{'settled':>16}{'cores busy':>14}{'load avg':>12}{'429s':>14}{'ack p99 s':>14}{'ack max s':>14}")
     for name in names:
         mine = [r for r in rows if r["case"] == name]
         ratios = []
@@ -425,12 +469,15 @@ def summarize(rows: list[dict], names: list[str]) -> None:
             ratios.append(r["spans_per_s"] / base["spans_per_s"])
         rates = [r["spans_per_s"] for r in mine]
         cpu = [1e6 * (r["cpu_clickhouse_s"] + r["cpu_receiver_s"]) / r["spans"] for r in mine]
+        merges = [1e6 * r["cpu_merges_s"] / r["spans"] for r in mine]
+        settled = [1e6 * (r["cpu_clickhouse_s"] + r["cpu_after_s"] + r["cpu_receiver_s"]) / r["spans"] for r in mine]
         busy = [(r["cpu_clickhouse_s"] + r["cpu_receiver_s"]) / r["seconds"] for r in mine]
         load = [value for r in mine for value in r["load_average"]]
         bounced = [r["retries_429"] for r in mine]
         p99, worst = [r["ack_p99_s"] for r in mine], [r["ack_max_s"] for r in mine]
         print(f"{name:<64}{min(rates):>10,.0f}..{max(rates):<8,.0f}{min(ratios):>8.2f}..{max(ratios):<6.2f}"
-              f"{min(cpu):>8.1f}..{max(cpu):<6.1f}{min(busy):>7.2f}..{max(busy):<5.2f}{min(load):>6.1f}..{max(load):<5.1f}"
+              f"{min(cpu):>8.1f}..{max(cpu):<6.1f}{min(merges):>8.1f}..{max(merges):<6.1f}"
+              f"{min(settled):>8.1f}..{max(settled):<6.1f}{min(busy):>7.2f}..{max(busy):<5.2f}{min(load):>6.1f}..{max(load):<5.1f}"
               f"{min(bounced):>7}..{max(bounced):<5}{min(p99):>7.2f}..{max(p99):<5.2f}{min(worst):>7.2f}..{max(worst):<5.2f}")
 
 

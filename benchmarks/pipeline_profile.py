@@ -29,6 +29,12 @@ shared machine), median of three interleaved rounds: an empty insert (the fixed 
 table, otel_traces alone, the full schema, and the full schema without each of its materialized
 views in turn (what each view costs); the gate's share (the Python thread in the ClickHouse process
 that checks credentials and streams each body through) is printed beside each.
+``--merges`` measures what a row costs after its insert: ClickHouse merges each table's parts again and
+again over their life (each pass reads, decompresses, merges and compresses them anew). Per round and
+codec variant: ``--parts`` inserts with merges stopped (our insert SQL, the full schema; their CPU per
+span), then one merge pass of those parts per table (``OPTIMIZE ... FINAL``; CPU per span of the run and
+bytes on disk after it), interleaved rounds, medians. Variants: the schema as it is, and the columns
+named by ``MERGE_VARIANTS`` compressed with LZ4 instead of ZSTD(1).
 ``--client`` measures the receiver's side of one insert (this process's CPU per span, the batch
 already framed) for the same batch, interleaved rounds: the sink's own HTTP POST against
 clickhouse-connect's ``command(sql, data=batch)``, which the sink used before (it decodes the whole
@@ -303,6 +309,78 @@ def receiver_check(traces: int, share: float, rounds: int = 9) -> None:
     print(f"  this/before per round: min {ratios[0]:.2f}, median {statistics.median(ratios):.2f}, max {ratios[-1]:.2f}")
 
 
+# Codec variants for --merges: (name, {table: columns given LZ4 instead of ZSTD(1)}). The second is the first
+# again, a control: how far two runs of the same schema differ in this benchmark.
+ATTRIBUTE_MAPS = ("ResourceAttributes", "SpanAttributes", "Events.Attributes", "Links.Attributes")
+MERGE_VARIANTS = (("ZSTD(1) as the exporter (before)", {}),
+                  ("the same again (control)", {}),
+                  ("LZ4 on the four attribute maps", {"otel_traces": ATTRIBUTE_MAPS}))
+
+
+def merges(traces: int, shares: list[float], parts: int, rounds: int = 3) -> None:
+    from infersight.pipelines.clickhouse_server import ClickHouseServer
+    from infersight.pipelines.receiver import ingest_sql
+    from infersight.pipelines.schema import ddl, migrations
+    from infersight.pipelines.schema.ddl import SchemaOptions
+
+    spans = traces * 7
+    tables = ddl.DEFAULT_TABLES.deduplicated  # every table an OTLP batch writes
+    batches = {share: ingest_sql.frame(build_requests(traces, share)) for share in shares}
+    with tempfile.TemporaryDirectory(prefix="infersight-profile-") as tmp, ClickHouseServer(tmp) as server:
+        client = server.client(send_receive_timeout=600)
+        pids = [server.proc.pid, *children_of(server.proc.pid)]
+        for index, (_, lz4) in enumerate(MERGE_VARIANTS):
+            migrations.migrate(client, SchemaOptions(database=f"v{index}"))
+            for table, columns in lz4.items():
+                for name in columns:
+                    client.command(f"ALTER TABLE v{index}.{table} MODIFY COLUMN `{name}` CODEC(LZ4)")
+        counter = iter(range(1_000_000))
+        results: dict[tuple[float, str, str], list[float]] = {}
+        for _ in range(rounds):  # interleaved: every variant of a round back to back
+            for share in shares:
+                for index, (variant, _) in enumerate(MERGE_VARIANTS):
+                    db = f"v{index}"
+                    client.command("SYSTEM STOP MERGES")
+                    for table in tables:
+                        client.command(f"TRUNCATE TABLE {db}.{table}")
+                    before = sum(cpu_seconds(p) for p in pids)
+                    for _ in range(parts):
+                        client.command(ingest_sql.insert_query(db), data=batches[share],
+                                       settings=ingest_sql.settings(f"merges-{next(counter)}", threads=2))
+                    inserted = sum(cpu_seconds(p) for p in pids)
+                    insert_us = 1e6 * (inserted - before) / (parts * spans)
+                    results.setdefault((share, variant, "insert"), []).append(insert_us)
+                    for table in tables:
+                        before = sum(cpu_seconds(p) for p in pids)
+                        client.command(f"SYSTEM START MERGES {db}.{table}")
+                        client.command(f"OPTIMIZE TABLE {db}.{table} FINAL")
+                        merged = sum(cpu_seconds(p) for p in pids) - before
+                        results.setdefault((share, variant, table), []).append(1e6 * merged / (parts * spans))
+                        size = client.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND "
+                                            "database = {db:String} AND table = {t:String}",
+                                            parameters={"db": db, "t": table}).result_rows[0][0]
+                        results.setdefault((share, variant, f"{table} bytes"), []).append(size / (parts * spans))
+        client.command("SYSTEM START MERGES")
+        client.close()
+    print(f"\nClickHouse CPU per span: {parts} inserts of {spans:,} spans (merges stopped), then one merge pass of "
+          f"their parts per table; median of {rounds} interleaved rounds; load average {os.getloadavg()[0]:.1f}")
+    for share in shares:
+        print(f"  timelines on {share:.0%} of request spans")
+        print(f"    {'variant':<40}{'insert':>9}" + "".join(f"{t:>26}" for t in tables) + f"{'merge pass':>12}")
+        base = None
+        for variant, _ in MERGE_VARIANTS:
+            insert = statistics.median(results[(share, variant, "insert")])
+            cells, merge = [], 0.0
+            for table in tables:
+                cpu = statistics.median(results[(share, variant, table)])
+                size = statistics.median(results[(share, variant, f"{table} bytes")])
+                merge += cpu
+                cells.append(f"{cpu:>8.2f} us {size:>7.1f} B/span")
+            base = base or (insert, merge)
+            print(f"    {variant:<40}{insert:>9.2f}" + "".join(f"{c:>26}" for c in cells)
+                  + f"{merge:>12.2f}   x{insert / base[0]:.2f} insert, x{merge / base[1]:.2f} merge")
+
+
 def load_ingest_sql(ref: str):
     """ingest_sql.py as it is at git ``ref``, as a module of its own."""
     import subprocess
@@ -395,12 +473,24 @@ def main() -> int:
                         help="instead: receiver CPU per span of one insert: its POST vs clickhouse-connect")
     parser.add_argument("--receiver", action="store_true",
                         help="instead: the receiver's check per span: span lengths from the body vs ByteSize()")
+    parser.add_argument("--merges", action="store_true",
+                        help="instead: ClickHouse's CPU per span for inserts and one merge pass of their parts, "
+                             "per table and codec variant")
+    parser.add_argument("--rounds", type=int, help="with --merges: interleaved rounds (default 3)")
+    parser.add_argument("--parts", type=int, default=5, help="with --merges: inserts (parts) per round (default 5)")
     parser.add_argument("--cpu-stages", action="store_true",
                         help="instead: ClickHouse's CPU per span by stage and per materialized view")
     args = parser.parse_args()
     if args.receiver:
         for share in args.timeline_share:
             receiver_check(args.traces, share)
+        return 0
+    if args.rounds is not None and args.rounds < 1:
+        parser.error("--rounds must be >= 1")
+    if args.parts < 2:
+        parser.error("--parts must be >= 2: a merge needs two parts")
+    if args.merges:
+        merges(args.traces, args.timeline_share, args.parts, args.rounds or 3)
         return 0
     if args.cpu_stages:
         cpu_stages(args.traces, args.timeline_share)
