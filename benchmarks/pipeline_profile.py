@@ -35,6 +35,11 @@ codec variant: ``--parts`` inserts with merges stopped (our insert SQL, the full
 span), then one merge pass of those parts per table (``OPTIMIZE ... FINAL``; CPU per span of the run and
 bytes on disk after it), interleaved rounds, medians. Variants: the schema as it is, and the columns
 named by ``MERGE_VARIANTS`` compressed with LZ4 instead of ZSTD(1).
+``--merge-life`` measures the merges of a part's first life: ``--parts`` small inserts (a seventh of a
+batch each, ~14,300 spans: what a writer inserts each second at fleet rates) into otel_traces with merges
+on, until ClickHouse assigns none for 5 s; printed per variant: the merges' CPU per span (the
+``MergeMutate`` threads), the rows-weighted part level (how many generations of merges a row went
+through), and the active parts left (what a query then opens). Variants: ``LIFE_VARIANTS``, interleaved.
 ``--client`` measures the receiver's side of one insert (this process's CPU per span, the batch
 already framed) for the same batch, interleaved rounds: the sink's own HTTP POST against
 clickhouse-connect's ``command(sql, data=batch)``, which the sink used before (it decodes the whole
@@ -58,7 +63,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pipeline_e2e import build_requests, children_of, cpu_seconds  # noqa: E402
+from pipeline_e2e import build_requests, children_of, cpu_seconds, merge_cpu_seconds  # noqa: E402
 
 BASELINE_PY_ROWS_US = 1e6 / 40_000
 
@@ -381,6 +386,81 @@ def merges(traces: int, shares: list[float], parts: int, rounds: int = 3) -> Non
                   + f"{merge:>12.2f}   x{insert / base[0]:.2f} insert, x{merge / base[1]:.2f} merge")
 
 
+# Variants for --merge-life: (name, ALTER TABLE otel_traces clauses applied before the inserts).
+LIFE_VARIANTS = (
+    ("merge_selector_base 5, ClickHouse's default (before)", ["MODIFY SETTING merge_selector_base = 5"]),
+    ("this checkout's schema (merge_selector_base 10)", []),
+)
+
+
+def merge_life(traces: int, parts: int, rounds: int = 2) -> None:
+    import datetime as dt
+
+    from infersight.pipelines.clickhouse_server import ClickHouseServer
+    from infersight.pipelines.queries import library
+    from infersight.pipelines.receiver import ingest_sql
+    from infersight.pipelines.schema import ddl, migrations
+    from infersight.pipelines.schema.ddl import SchemaOptions
+
+    table, slices = ddl.DEFAULT_TABLES.traces, 7
+    with tempfile.TemporaryDirectory(prefix="infersight-profile-") as tmp, ClickHouseServer(tmp) as server:
+        client = server.client(send_receive_timeout=600)
+        migrations.migrate(client, SchemaOptions(database="source"))
+        client.command(ingest_sql.insert_query("source"), data=ingest_sql.frame(build_requests(traces, 0.0)),
+                       settings=ingest_sql.settings("merge-life-source"))
+        columns = ", ".join(f"`{name}`" for name in ddl.EXPORTER_INSERT_COLUMNS)
+        pids = [server.proc.pid, *children_of(server.proc.pid)]
+        results: dict[str, list[tuple[float, float, int]]] = {}
+        latency: dict[tuple[str, str], list[float]] = {}
+        trace_id, at = client.query(f"SELECT TraceId, Timestamp FROM source.{table} WHERE IsRequest LIMIT 1"
+                                    ).result_rows[0]
+        window = (at - dt.timedelta(minutes=5), at + dt.timedelta(minutes=5))
+        reads = {"one trace's spans (ms)": lambda db: library.trace_spans(client, db, trace_id),
+                 "slowest 20 in 10 minutes (ms)": lambda db: library.slowest(client, db, *window)}
+        for number in range(rounds):
+            for index, (variant, clauses) in enumerate(LIFE_VARIANTS):
+                db = f"life{number}_{index}"
+                migrations.migrate(client, SchemaOptions(database=db))
+                for clause in clauses:
+                    client.command(f"ALTER TABLE {db}.{table} {clause}")
+                before = merge_cpu_seconds(pids)
+                for part in range(parts):  # each insert one part (the views' tables get theirs too)
+                    client.command(f"INSERT INTO {db}.{table} ({columns}) SELECT {columns} FROM source.{table} "
+                                   f"WHERE cityHash64(SpanId) % {slices} = {part % slices}")
+                calm = time.monotonic()
+                while time.monotonic() - calm < 5:
+                    if client.query("SELECT count() FROM system.merges WHERE database = {db:String}",
+                                    parameters={"db": db}).result_rows[0][0]:
+                        calm = time.monotonic()
+                    time.sleep(0.2)
+                cpu = merge_cpu_seconds(pids) - before
+                rows, level, active = client.query(
+                    "SELECT sum(rows), sum(rows * level) / sum(rows), count() FROM system.parts WHERE active AND "
+                    "database = {db:String} AND table = {t:String}", parameters={"db": db, "t": table}).result_rows[0]
+                results.setdefault(variant, []).append((1e6 * cpu / rows, level, active))
+                for name, read in reads.items():  # what the parts left cost a reader: medians of 15
+                    times = []
+                    for _ in range(15):
+                        started = time.perf_counter()
+                        read(db)
+                        times.append(1000 * (time.perf_counter() - started))
+                    latency.setdefault((variant, name), []).append(statistics.median(times))
+                client.command(f"DROP DATABASE {db} SYNC")
+        client.close()
+    print(f"\nMerges of {parts} inserts of ~{traces * 7 // slices:,} spans into otel_traces (merges on, until none was "
+          f"assigned for 5 s; its views' tables merge too and are counted); {rounds} interleaved rounds, "
+          f"min..max; load average {os.getloadavg()[0]:.1f}:")
+    print(f"  {'variant':<48}{'merge CPU-us/span':>20}{'x before':>14}{'part level':>14}{'active parts':>14}"
+          + "".join(f"{name:>32}" for name in reads))
+    base = [cpu for cpu, _, _ in results[LIFE_VARIANTS[0][0]]]
+    for variant, values in results.items():
+        cpu, level, active = zip(*values, strict=True)
+        ratios = [c / b for c, b in zip(cpu, base, strict=True)]
+        print(f"  {variant:<48}{min(cpu):>10.2f}..{max(cpu):<8.2f}{min(ratios):>7.2f}..{max(ratios):<5.2f}"
+              f"{min(level):>7.2f}..{max(level):<5.2f}{min(active):>7}..{max(active):<5}"
+              + "".join(f"{min(ms):>9.1f}..{max(ms):<6.1f}" for (v, _), ms in latency.items() if v == variant))
+
+
 def load_ingest_sql(ref: str):
     """ingest_sql.py as it is at git ``ref``, as a module of its own."""
     import subprocess
@@ -476,8 +556,13 @@ def main() -> int:
     parser.add_argument("--merges", action="store_true",
                         help="instead: ClickHouse's CPU per span for inserts and one merge pass of their parts, "
                              "per table and codec variant")
-    parser.add_argument("--rounds", type=int, help="with --merges: interleaved rounds (default 3)")
-    parser.add_argument("--parts", type=int, default=5, help="with --merges: inserts (parts) per round (default 5)")
+    parser.add_argument("--rounds", type=int, help="with --merges (default 3) or --merge-life (default 2): "
+                                                   "interleaved rounds")
+    parser.add_argument("--merge-life", action="store_true",
+                        help="instead: merge CPU per span, part levels and active parts after many small inserts, "
+                             "against ClickHouse's default merge_selector_base")
+    parser.add_argument("--parts", type=int, help="with --merges: inserts (parts) per round (default 5); with "
+                                                  "--merge-life: inserts per variant (default 140)")
     parser.add_argument("--cpu-stages", action="store_true",
                         help="instead: ClickHouse's CPU per span by stage and per materialized view")
     args = parser.parse_args()
@@ -487,10 +572,13 @@ def main() -> int:
         return 0
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be >= 1")
-    if args.parts < 2:
+    if args.parts is not None and args.parts < 2:
         parser.error("--parts must be >= 2: a merge needs two parts")
     if args.merges:
-        merges(args.traces, args.timeline_share, args.parts, args.rounds or 3)
+        merges(args.traces, args.timeline_share, args.parts or 5, args.rounds or 3)
+        return 0
+    if args.merge_life:
+        merge_life(args.traces, args.parts or 140, args.rounds or 2)
         return 0
     if args.cpu_stages:
         cpu_stages(args.traces, args.timeline_share)

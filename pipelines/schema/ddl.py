@@ -284,6 +284,24 @@ def bounded_columns(opts: SchemaOptions) -> list[str]:
             f"ALTER TABLE {opts.view_of(t.requests_1m)}{opts.on_cluster}\nMODIFY QUERY {requests_rollup_select(opts)}"]
 
 
+# How many parts ClickHouse's merge selector lets build up before it merges them (schema version 10).
+MERGE_SELECTOR_BASE = 10
+
+
+def merge_selector(opts: SchemaOptions) -> list[str]:
+    """Version 10: otel_traces and llm_token_timelines merge their parts in fewer generations.
+
+    ClickHouse's merge selector (``merge_selector_base``, 5 by default) decides how many similar parts
+    pile up before it merges them. Each generation rewrites every row, at about the CPU per span of the
+    insert itself, and a partition of a day holds tens of thousands of inserts. A base of 10 takes about
+    log(5) / log(10) = 0.7 of the generations for about twice the parts open at a time
+    (benchmarks/pipeline_profile.py --merge-life, and the queries' latency with it, in benchmarks/README.md).
+    """
+    t = opts.tables
+    return [f"ALTER TABLE {opts.table(name, local=True)}{opts.on_cluster} MODIFY SETTING merge_selector_base = "
+            f"{MERGE_SELECTOR_BASE}" for name in (t.traces, t.token_timelines)]
+
+
 def create_database(opts: SchemaOptions) -> str:
     return f"CREATE DATABASE IF NOT EXISTS {identifier(opts.database)}{opts.on_cluster}"
 

@@ -75,6 +75,8 @@ MIGRATIONS = (
                  "absurd offset cannot fail the queries that read it", ddl.token_events_bounded),
     Migration(9, "timings outside 0..a year and cache ratios outside 0..1 are stored as unknown, so that one "
                  "span's nan or inf cannot turn its window's percentiles into NaN or Infinity", ddl.bounded_columns),
+    Migration(10, "otel_traces and llm_token_timelines merge their parts in fewer generations "
+                  "(merge_selector_base)", ddl.merge_selector),
 )
 
 def ttl_columns(tables: ddl.Tables) -> dict[str, tuple[str, str]]:

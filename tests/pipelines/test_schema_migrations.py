@@ -182,3 +182,29 @@ def test_one_trace_timeline_is_a_point_read_through_the_view(schema):
                         "WHERE TraceId = {t:String} "
                         "ORDER BY TokenIndex", parameters={"t": trace}).result_rows
     assert rows == [(0, 1000), (1, 2000), (2, 3000)]
+
+
+
+def _creates(client, db: str) -> list[str]:
+    return [client.query("SELECT create_table_query FROM system.tables WHERE database = {db:String} AND name = "
+                         "{t:String}", parameters={"db": db, "t": name}).result_rows[0][0]
+            for name in (TABLES.traces, TABLES.token_timelines)]
+
+
+def test_version_10_merges_the_big_tables_in_fewer_generations(clickhouse_server, clickhouse_database, monkeypatch):
+    """A database at version 9 (ClickHouse's default merge selector) with rows in it takes the setting on
+    both tables, keeps their other settings and its rows."""
+    client = clickhouse_server.client()
+    opts = SchemaOptions(database=clickhouse_database)
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", tuple(m for m in migrations.MIGRATIONS if m.version < 10))
+        migrations.migrate(client, opts)
+    assert not any("merge_selector_base" in create for create in _creates(client, opts.database))
+    insert_spans(client, opts.database, [_request("a" * 32, [100_000, 120_000], 100.0, "i-1")])
+
+    assert [m.version for m in migrations.migrate(client, opts)] == [10]
+    for create in _creates(client, opts.database):
+        assert f"merge_selector_base = {ddl.MERGE_SELECTOR_BASE}" in create
+        assert "ttl_only_drop_parts = 1" in create  # the table's other settings stay
+    assert client.query(f"SELECT count() FROM `{opts.database}`.{TABLES.token_timelines}").result_rows[0][0] == 1
+    assert migrations.migrate(client, opts) == []
