@@ -294,8 +294,8 @@ def merge_selector(opts: SchemaOptions) -> list[str]:
     ClickHouse's merge selector (``merge_selector_base``, 5 by default) decides how many similar parts
     pile up before it merges them. Each generation rewrites every row, at about the CPU per span of the
     insert itself, and a partition of a day holds tens of thousands of inserts. A base of 10 takes about
-    log(5) / log(10) = 0.7 of the generations for about twice the parts open at a time
-    (benchmarks/pipeline_profile.py --merge-life, and the queries' latency with it, in benchmarks/README.md).
+    log(5) / log(10) = 0.7 of the generations (measured: 0.63-0.96x the merge CPU) for up to about
+    twice the active parts (benchmarks/pipeline_profile.py --merge-life; figures in benchmarks/README.md).
     """
     t = opts.tables
     return [f"ALTER TABLE {opts.table(name, local=True)}{opts.on_cluster} MODIFY SETTING merge_selector_base = "
