@@ -107,15 +107,18 @@ def test_client_disconnect_is_cancelled_and_vllm_stops(stack, vllm):
         assert engine("vllm:num_requests_running") == 0
 
     # The client must leave while vLLM is still generating. On two busy cores the tiny model can write all
-    # 900 tokens and [DONE] into the sockets' buffers before the client's close reaches the proxy: that
-    # answer was delivered, so completed is right, and the round says nothing. Up to three rounds.
+    # 900 tokens before the client's close reaches the proxy, or before the proxy's close of its upstream
+    # connection reaches vLLM. The answer was then delivered (completed) or abandoned after it was written
+    # (cancelled, rightly: the client left before its end), and the round says nothing about vLLM stopping
+    # for nobody. Up to three rounds.
     for attempt in range(1, 4):
         generated_before = engine("vllm:generation_tokens_total")
         asyncio.run(leave_early())
         span = last_span(stack, attempt)
         settled()  # the proxy closed its upstream connection: vLLM stopped generating for nobody
         generated = engine("vllm:generation_tokens_total") - generated_before
-        if not (span.attributes[attr.REQUEST_OUTCOME] == "success" and generated >= 900):
+        assert span.attributes[attr.REQUEST_OUTCOME] in ("success", "cancelled")
+        if generated < 900:
             break
     assert span.attributes[attr.REQUEST_OUTCOME] == "cancelled"
     assert generated < 900
