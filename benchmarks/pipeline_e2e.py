@@ -16,8 +16,10 @@ engine.decode) with 2-4 attributes; a share of request spans carries a 256-token
 Printed: spans/s end to end and as ratios against the goal (100k spans/s) and the baselines measured
 here (issue 5): spans turned into Python rows attribute by attribute, ~40k spans/s per core; Arrow
 inserts of otel_traces-shaped rows into chdb, ~140k rows/s; the OTel Collector's published ~40k
-records/s per core. Also CPU seconds per process (where the time goes) and each process's peak RSS.
-Bounded: a fixed number of spans and a --timeout on the whole run.
+records/s per core. Also CPU seconds per process (where the time goes) and each process's peak RSS,
+and ClickHouse's merges: their CPU during the run, then the CPU until no merge has been assigned for
+3 s ("settled"), since a part's merges go on after its spans are counted.
+Bounded: a fixed number of spans and a --timeout on the whole run (the settle at most 120 s more).
 """
 
 from __future__ import annotations
@@ -130,10 +132,15 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def stat_cpu_seconds(stat: str) -> float:
+    """User + system CPU from the text of a ``/proc/.../stat`` file (the fields after the command's ``)``)."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return float("nan")
 
@@ -152,23 +159,24 @@ def merge_cpu_seconds(pids: list[int]) -> float:
             except OSError:
                 continue
             if stat[stat.index("(") + 1:stat.rindex(")")].startswith("MergeMutate"):
-                fields = stat.rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                total += stat_cpu_seconds(stat)
     return total
 
 
-def settle_merges(client, timeout: float, quiet: float = 3.0) -> tuple[float, int]:
-    """Wait until ClickHouse has assigned no merge in ``DB`` for ``quiet`` seconds (or ``timeout``):
-    what the run's parts still cost after the last span was counted. Returns (seconds, active parts)."""
+def settle_merges(client, timeout: float, quiet: float = 3.0, database: str = DB) -> tuple[float, int]:
+    """Wait until ClickHouse has assigned no merge in ``database`` for ``quiet`` seconds (or ``timeout``):
+    what the parts written still cost after the last span was counted. Returns (seconds, active parts)."""
     started = time.monotonic()
     calm_since = started
     while time.monotonic() - started < timeout:
-        if client.query(f"SELECT count() FROM system.merges WHERE database = '{DB}'").result_rows[0][0]:
+        if client.query("SELECT count() FROM system.merges WHERE database = {db:String}",
+                        parameters={"db": database}).result_rows[0][0]:
             calm_since = time.monotonic()
         elif time.monotonic() - calm_since >= quiet:
             break
         time.sleep(0.2)
-    parts = client.query(f"SELECT count() FROM system.parts WHERE database = '{DB}' AND active").result_rows[0][0]
+    parts = client.query("SELECT count() FROM system.parts WHERE database = {db:String} AND active",
+                         parameters={"db": database}).result_rows[0][0]
     return time.monotonic() - started, parts
 
 

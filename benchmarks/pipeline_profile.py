@@ -33,8 +33,9 @@ that checks credentials and streams each body through) is printed beside each.
 again over their life (each pass reads, decompresses, merges and compresses them anew). Per round and
 codec variant: ``--parts`` inserts with merges stopped (our insert SQL, the full schema; their CPU per
 span), then one merge pass of those parts per table (``OPTIMIZE ... FINAL``; CPU per span of the run and
-bytes on disk after it), interleaved rounds, medians. Variants: the schema as it is, and the columns
-named by ``MERGE_VARIANTS`` compressed with LZ4 instead of ZSTD(1).
+bytes on disk after it), interleaved rounds, medians. Variants (``MERGE_VARIANTS``): the schema as it
+is, the same again as a control (this benchmark's spread), and the attribute maps compressed with LZ4
+instead of ZSTD(1).
 ``--merge-life`` measures the merges of a part's first life: ``--parts`` small inserts (a seventh of a
 batch each, ~14,300 spans: what a writer inserts each second at fleet rates) into otel_traces with merges
 on, until ClickHouse assigns none for 5 s; printed per variant: the merges' CPU per span (the
@@ -63,7 +64,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pipeline_e2e import build_requests, children_of, cpu_seconds, merge_cpu_seconds  # noqa: E402
+from pipeline_e2e import (  # noqa: E402
+    build_requests,
+    children_of,
+    cpu_seconds,
+    merge_cpu_seconds,
+    settle_merges,
+    stat_cpu_seconds,
+)
 
 BASELINE_PY_ROWS_US = 1e6 / 40_000
 
@@ -180,8 +188,7 @@ def _target(database: str) -> str:
 
 def thread_cpu_seconds(pid: int, tid: int) -> float:
     try:
-        fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return stat_cpu_seconds(Path(f"/proc/{pid}/task/{tid}/stat").read_text())
     except OSError:
         return 0.0
 
@@ -427,12 +434,7 @@ def merge_life(traces: int, parts: int, rounds: int = 2) -> None:
                 for part in range(parts):  # each insert one part (the views' tables get theirs too)
                     client.command(f"INSERT INTO {db}.{table} ({columns}) SELECT {columns} FROM source.{table} "
                                    f"WHERE cityHash64(SpanId) % {slices} = {part % slices}")
-                calm = time.monotonic()
-                while time.monotonic() - calm < 5:
-                    if client.query("SELECT count() FROM system.merges WHERE database = {db:String}",
-                                    parameters={"db": db}).result_rows[0][0]:
-                        calm = time.monotonic()
-                    time.sleep(0.2)
+                settle_merges(client, timeout=600, quiet=5.0, database=db)
                 cpu = merge_cpu_seconds(pids) - before
                 rows, level, active = client.query(
                     "SELECT sum(rows), sum(rows * level) / sum(rows), count() FROM system.parts WHERE active AND "

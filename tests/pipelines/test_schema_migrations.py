@@ -184,7 +184,6 @@ def test_one_trace_timeline_is_a_point_read_through_the_view(schema):
     assert rows == [(0, 1000), (1, 2000), (2, 3000)]
 
 
-
 def _creates(client, db: str) -> list[str]:
     return [client.query("SELECT create_table_query FROM system.tables WHERE database = {db:String} AND name = "
                          "{t:String}", parameters={"db": db, "t": name}).result_rows[0][0]
