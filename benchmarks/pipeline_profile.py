@@ -20,8 +20,8 @@ the llm_token_events view when read), and no token table at all; each with the t
 JSON text (our tracer) and as an int array (other SDKs, the Collector).
 ``--against REF`` compares this checkout's insert SQL with the one at git REF (e.g. ``main``), side by
 side in one server on the same batch, interleaved rounds: ClickHouse's CPU for an insert with an empty
-body (query analysis: the fixed cost per insert) and per span into the Null table and into the full
-schema, with this/REF ratios (CPU rather than wall time: steadier on a shared machine). ``--nested-share``
+body (query analysis: the fixed cost per insert) into the Null table and into the full schema, and per
+span into both, with this/REF ratios (CPU rather than wall time: steadier on a shared machine). ``--nested-share``
 puts a nested array attribute (depth 2) on that share of requests (this checkout's writer stores
 such a batch in two inserts: the refused one, then the re-encoded one; both are counted here).
 ``--cpu-stages`` is the same ladder by ClickHouse's process CPU instead of wall time (steadier on a
@@ -31,11 +31,11 @@ views in turn (what each view costs); the gate's share (the Python thread in the
 that checks credentials and streams each body through) is printed beside each.
 ``--merges`` measures what a row costs after its insert: ClickHouse merges each table's parts again and
 again over their life (each pass reads, decompresses, merges and compresses them anew). Per round and
-codec variant: ``--parts`` inserts with merges stopped (our insert SQL, the full schema; their CPU per
+schema variant: ``--parts`` inserts with merges stopped (our insert SQL, the full schema; their CPU per
 span), then one merge pass of those parts per table (``OPTIMIZE ... FINAL``; CPU per span of the run and
-bytes on disk after it), interleaved rounds, medians. Variants (``MERGE_VARIANTS``): the schema as it
-is, the same again as a control (this benchmark's spread), and the attribute maps compressed with LZ4
-instead of ZSTD(1).
+bytes on disk after it), interleaved rounds, medians. Variants (``MERGE_VARIANTS``): inserts written as
+Wide parts (a file per column, ClickHouse's default above 10 MiB, before schema version 11), the schema
+as it is (Compact at insert), and the same again as a control (this benchmark's spread).
 ``--merge-life`` measures the merges of a part's first life: ``--parts`` small inserts (a seventh of a
 batch each, ~14,300 spans: what a writer inserts each second at fleet rates) into otel_traces with merges
 on, until ClickHouse assigns none for 5 s; printed per variant: the merges' CPU per span (the
@@ -321,12 +321,13 @@ def receiver_check(traces: int, share: float, rounds: int = 9) -> None:
     print(f"  this/before per round: min {ratios[0]:.2f}, median {statistics.median(ratios):.2f}, max {ratios[-1]:.2f}")
 
 
-# Codec variants for --merges: (name, {table: columns given LZ4 instead of ZSTD(1)}). The second is the first
-# again, a control: how far two runs of the same schema differ in this benchmark.
-ATTRIBUTE_MAPS = ("ResourceAttributes", "SpanAttributes", "Events.Attributes", "Links.Attributes")
-MERGE_VARIANTS = (("ZSTD(1) as the exporter (before)", {}),
-                  ("the same again (control)", {}),
-                  ("LZ4 on the four attribute maps", {"otel_traces": ATTRIBUTE_MAPS}))
+# Variants for --merges: (name, {table: ALTER TABLE clauses applied before the inserts}). The last is this
+# checkout's schema again, a control: how far two runs of the same schema differ in this benchmark.
+WIDE_AT_INSERT = "MODIFY SETTING min_bytes_for_wide_part = 10485760"  # ClickHouse's default, before version 11
+MERGE_VARIANTS = (("Wide parts at insert (before)", {"otel_traces": [WIDE_AT_INSERT],
+                                                     "llm_token_timelines": [WIDE_AT_INSERT]}),
+                  ("this checkout's schema (Compact at insert)", {}),
+                  ("the same again (control)", {}))
 
 
 def merges(traces: int, shares: list[float], parts: int, rounds: int = 3) -> None:
@@ -341,11 +342,11 @@ def merges(traces: int, shares: list[float], parts: int, rounds: int = 3) -> Non
     with tempfile.TemporaryDirectory(prefix="infersight-profile-") as tmp, ClickHouseServer(tmp) as server:
         client = server.client(send_receive_timeout=600)
         pids = [server.proc.pid, *children_of(server.proc.pid)]
-        for index, (_, lz4) in enumerate(MERGE_VARIANTS):
+        for index, (_, alters) in enumerate(MERGE_VARIANTS):
             migrations.migrate(client, SchemaOptions(database=f"v{index}"))
-            for table, columns in lz4.items():
-                for name in columns:
-                    client.command(f"ALTER TABLE v{index}.{table} MODIFY COLUMN `{name}` CODEC(LZ4)")
+            for table, clauses in alters.items():
+                for clause in clauses:
+                    client.command(f"ALTER TABLE v{index}.{table} {clause}")
         counter = iter(range(1_000_000))
         results: dict[tuple[float, str, str], list[float]] = {}
         for _ in range(rounds):  # interleaved: every variant of a round back to back
@@ -395,8 +396,8 @@ def merges(traces: int, shares: list[float], parts: int, rounds: int = 3) -> Non
 
 # Variants for --merge-life: (name, ALTER TABLE otel_traces clauses applied before the inserts).
 LIFE_VARIANTS = (
-    ("merge_selector_base 5, ClickHouse's default (before)", ["MODIFY SETTING merge_selector_base = 5"]),
-    ("this checkout's schema (merge_selector_base 10)", []),
+    ("Wide parts at insert (before)", [WIDE_AT_INSERT]),
+    ("this checkout's schema (Compact at insert)", []),
 )
 
 
@@ -524,6 +525,7 @@ def against(traces: int, share: float, ref: str, nested_share: float, rounds: in
             return time.perf_counter() - started, sum(cpu_seconds(p) for p in pids) - cpu
 
         cases = [("fixed cost per insert (empty body), CPU ms", "nul", b""),
+                 ("fixed cost, full schema (empty body), CPU ms", "full", b""),
                  ("parse + flatten + render (Null table), CPU us/span", "nul", framed),
                  ("+ write + views (full schema), CPU us/span", "full", framed)]
         results: dict[tuple[str, str], list[float]] = {}
@@ -557,12 +559,12 @@ def main() -> int:
                         help="instead: the receiver's check per span: span lengths from the body vs ByteSize()")
     parser.add_argument("--merges", action="store_true",
                         help="instead: ClickHouse's CPU per span for inserts and one merge pass of their parts, "
-                             "per table and codec variant")
+                             "per table and schema variant")
     parser.add_argument("--rounds", type=int, help="with --merges (default 3) or --merge-life (default 2): "
                                                    "interleaved rounds")
     parser.add_argument("--merge-life", action="store_true",
                         help="instead: merge CPU per span, part levels and active parts after many small inserts, "
-                             "against ClickHouse's default merge_selector_base")
+                             "against Wide parts at insert (before schema version 11)")
     parser.add_argument("--parts", type=int, help="with --merges: inserts (parts) per round (default 5); with "
                                                   "--merge-life: inserts per variant (default 140)")
     parser.add_argument("--cpu-stages", action="store_true",

@@ -302,6 +302,27 @@ def merge_selector(opts: SchemaOptions) -> list[str]:
             f"{MERGE_SELECTOR_BASE}" for name in (t.traces, t.token_timelines)]
 
 
+# A part below this size is written Compact (all columns in one file) instead of Wide (a file per
+# column and subcolumn); merges still write the big parts Wide (schema version 11).
+WIDE_PART_MIN_BYTES = 128 * 1024 * 1024
+
+
+def compact_inserts(opts: SchemaOptions) -> list[str]:
+    """Version 11: an insert into otel_traces or llm_token_timelines is written as one Compact part.
+
+    ClickHouse writes a part Wide above ``min_bytes_for_wide_part`` (10 MiB by default): one file (and
+    its marks) per column and Map/Nested subcolumn, well over a hundred files for otel_traces. A batch of
+    100k spans crosses that bound, and creating those files (inode creation in the kernel) was ~8% of
+    ClickHouse's CPU during timeline inserts (perf). A Compact part is one data file; merges rewrite the
+    parts anyway, and above this bound they write Wide parts, as the queries want them. Measured:
+    0.82-0.90x the insert CPU per span, merges equal within spread, bytes per span unchanged
+    (benchmarks/pipeline_profile.py --merges; figures in benchmarks/README.md).
+    """
+    t = opts.tables
+    return [f"ALTER TABLE {opts.table(name, local=True)}{opts.on_cluster} MODIFY SETTING min_bytes_for_wide_part = "
+            f"{WIDE_PART_MIN_BYTES}" for name in (t.traces, t.token_timelines)]
+
+
 def create_database(opts: SchemaOptions) -> str:
     return f"CREATE DATABASE IF NOT EXISTS {identifier(opts.database)}{opts.on_cluster}"
 

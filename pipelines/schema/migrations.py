@@ -77,7 +77,10 @@ MIGRATIONS = (
                  "span's nan or inf cannot turn its window's percentiles into NaN or Infinity", ddl.bounded_columns),
     Migration(10, "otel_traces and llm_token_timelines merge their parts in fewer generations "
                   "(merge_selector_base)", ddl.merge_selector),
+    Migration(11, "an insert into otel_traces or llm_token_timelines is one Compact part, not a file per column "
+                  "(min_bytes_for_wide_part)", ddl.compact_inserts),
 )
+
 
 def ttl_columns(tables: ddl.Tables) -> dict[str, tuple[str, str]]:
     """Table -> (TTL expression, retention field) for reconciling retention with the config."""

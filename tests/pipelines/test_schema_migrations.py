@@ -201,9 +201,42 @@ def test_version_10_merges_the_big_tables_in_fewer_generations(clickhouse_server
     assert not any("merge_selector_base" in create for create in _creates(client, opts.database))
     insert_spans(client, opts.database, [_request("a" * 32, [100_000, 120_000], 100.0, "i-1")])
 
-    assert [m.version for m in migrations.migrate(client, opts)] == [10]
+    assert [m.version for m in migrations.migrate(client, opts)][:1] == [10]
     for create in _creates(client, opts.database):
         assert f"merge_selector_base = {ddl.MERGE_SELECTOR_BASE}" in create
         assert "ttl_only_drop_parts = 1" in create  # the table's other settings stay
     assert client.query(f"SELECT count() FROM `{opts.database}`.{TABLES.token_timelines}").result_rows[0][0] == 1
+    assert migrations.migrate(client, opts) == []
+
+
+def _part_types(client, db: str, table: str) -> list[tuple[str, int]]:
+    return client.query("SELECT part_type, rows FROM system.parts WHERE active AND database = {db:String} AND "
+                        "table = {t:String} ORDER BY modification_time", parameters={"db": db, "t": table}).result_rows
+
+
+def test_version_11_writes_an_insert_as_one_compact_part(clickhouse_server, clickhouse_database, monkeypatch):
+    """A database at version 10 writes a batch over ClickHouse's 10 MiB bound as a Wide part (a file per
+    column); after version 11 the same batch is one Compact part, and the rows before it stay readable."""
+    client = clickhouse_server.client(send_receive_timeout=300)
+    opts = SchemaOptions(database=clickhouse_database)
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", tuple(m for m in migrations.MIGRATIONS if m.version < 11))
+        migrations.migrate(client, opts)
+    client.command(f"SYSTEM STOP MERGES {opts.table(TABLES.traces)}")  # the parts stay as the inserts wrote them
+    # ~12 MiB uncompressed: incompressible attribute values, as real prompts' ids and hashes are.
+    spans = [_request(hashlib.sha256(f"{n}".encode()).hexdigest()[:32], [1000, 2000], 1.0, f"i-{n % 7}")
+             for n in range(60_000)]
+    for n, span in enumerate(spans):
+        span[11]["llm.request.digest"] = hashlib.sha512(str(n).encode()).hexdigest() * 2
+    insert_spans(client, opts.database, spans[:30_000])
+    assert _part_types(client, opts.database, TABLES.traces) == [("Wide", 30_000)]
+
+    assert [m.version for m in migrations.migrate(client, opts)] == [11]
+    for create in _creates(client, opts.database):
+        assert f"min_bytes_for_wide_part = {ddl.WIDE_PART_MIN_BYTES}" in create
+        assert f"merge_selector_base = {ddl.MERGE_SELECTOR_BASE}" in create  # version 10's setting stays
+    insert_spans(client, opts.database, spans[30_000:])
+    assert _part_types(client, opts.database, TABLES.traces) == [("Wide", 30_000), ("Compact", 30_000)]
+    assert client.query(f"SELECT count(), uniqExact(TraceId) FROM {opts.table(TABLES.traces)}").result_rows == [
+        (60_000, 60_000)]
     assert migrations.migrate(client, opts) == []
