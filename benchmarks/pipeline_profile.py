@@ -321,11 +321,10 @@ def receiver_check(traces: int, share: float, rounds: int = 9) -> None:
     print(f"  this/before per round: min {ratios[0]:.2f}, median {statistics.median(ratios):.2f}, max {ratios[-1]:.2f}")
 
 
-# Variants for --merges: (name, {table: ALTER TABLE clauses applied before the inserts}). The last is this
-# checkout's schema again, a control: how far two runs of the same schema differ in this benchmark.
+# Variants for --merges: (name, {table's field in ddl.Tables: ALTER TABLE clauses applied before the inserts}).
+# The last is this checkout's schema again, a control: how far two runs of the same schema differ here.
 WIDE_AT_INSERT = "MODIFY SETTING min_bytes_for_wide_part = 10485760"  # ClickHouse's default, before version 11
-MERGE_VARIANTS = (("Wide parts at insert (before)", {"otel_traces": [WIDE_AT_INSERT],
-                                                     "llm_token_timelines": [WIDE_AT_INSERT]}),
+MERGE_VARIANTS = (("Wide parts at insert (before)", {"traces": [WIDE_AT_INSERT], "token_timelines": [WIDE_AT_INSERT]}),
                   ("this checkout's schema (Compact at insert)", {}),
                   ("the same again (control)", {}))
 
@@ -344,9 +343,9 @@ def merges(traces: int, shares: list[float], parts: int, rounds: int = 3) -> Non
         pids = [server.proc.pid, *children_of(server.proc.pid)]
         for index, (_, alters) in enumerate(MERGE_VARIANTS):
             migrations.migrate(client, SchemaOptions(database=f"v{index}"))
-            for table, clauses in alters.items():
+            for field, clauses in alters.items():
                 for clause in clauses:
-                    client.command(f"ALTER TABLE v{index}.{table} {clause}")
+                    client.command(f"ALTER TABLE v{index}.{getattr(ddl.DEFAULT_TABLES, field)} {clause}")
         counter = iter(range(1_000_000))
         results: dict[tuple[float, str, str], list[float]] = {}
         for _ in range(rounds):  # interleaved: every variant of a round back to back

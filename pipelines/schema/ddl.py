@@ -297,9 +297,14 @@ def merge_selector(opts: SchemaOptions) -> list[str]:
     log(5) / log(10) = 0.7 of the generations (measured: 0.63-0.96x the merge CPU) for up to about
     twice the active parts (benchmarks/pipeline_profile.py --merge-life; figures in benchmarks/README.md).
     """
+    return _big_tables_setting(opts, "merge_selector_base", MERGE_SELECTOR_BASE)
+
+
+def _big_tables_setting(opts: SchemaOptions, setting: str, value: int) -> list[str]:
+    """One table setting on the two tables that take every span and every timeline."""
     t = opts.tables
-    return [f"ALTER TABLE {opts.table(name, local=True)}{opts.on_cluster} MODIFY SETTING merge_selector_base = "
-            f"{MERGE_SELECTOR_BASE}" for name in (t.traces, t.token_timelines)]
+    return [f"ALTER TABLE {opts.table(name, local=True)}{opts.on_cluster} MODIFY SETTING {setting} = {value}"
+            for name in (t.traces, t.token_timelines)]
 
 
 # A part below this size is written Compact (all columns in one file) instead of Wide (a file per
@@ -318,9 +323,7 @@ def compact_inserts(opts: SchemaOptions) -> list[str]:
     0.82-0.90x the insert CPU per span, merges equal within spread, bytes per span unchanged
     (benchmarks/pipeline_profile.py --merges; figures in benchmarks/README.md).
     """
-    t = opts.tables
-    return [f"ALTER TABLE {opts.table(name, local=True)}{opts.on_cluster} MODIFY SETTING min_bytes_for_wide_part = "
-            f"{WIDE_PART_MIN_BYTES}" for name in (t.traces, t.token_timelines)]
+    return _big_tables_setting(opts, "min_bytes_for_wide_part", WIDE_PART_MIN_BYTES)
 
 
 def create_database(opts: SchemaOptions) -> str:

@@ -211,7 +211,7 @@ def test_version_10_merges_the_big_tables_in_fewer_generations(clickhouse_server
 
 def _part_types(client, db: str, table: str) -> list[tuple[str, int]]:
     return client.query("SELECT part_type, rows FROM system.parts WHERE active AND database = {db:String} AND "
-                        "table = {t:String} ORDER BY modification_time", parameters={"db": db, "t": table}).result_rows
+                        "table = {t:String} ORDER BY min_block_number", parameters={"db": db, "t": table}).result_rows
 
 
 def test_version_11_writes_an_insert_as_one_compact_part(clickhouse_server, clickhouse_database, monkeypatch):
@@ -223,7 +223,7 @@ def test_version_11_writes_an_insert_as_one_compact_part(clickhouse_server, clic
         patch.setattr(migrations, "MIGRATIONS", tuple(m for m in migrations.MIGRATIONS if m.version < 11))
         migrations.migrate(client, opts)
     client.command(f"SYSTEM STOP MERGES {opts.table(TABLES.traces)}")  # the parts stay as the inserts wrote them
-    # ~12 MiB uncompressed: incompressible attribute values, as real prompts' ids and hashes are.
+    # Over 10 MiB uncompressed per insert: incompressible attribute values, as real prompts' ids and hashes are.
     spans = [_request(hashlib.sha256(f"{n}".encode()).hexdigest()[:32], [1000, 2000], 1.0, f"i-{n % 7}")
              for n in range(60_000)]
     for n, span in enumerate(spans):
