@@ -13,10 +13,14 @@ and port. For each request it:
 - accepts Basic auth or ``X-ClickHouse-User``/``X-ClickHouse-Key`` (turned into Basic), for the writer
   or the reader only, checked in constant time against the credentials file;
 - refuses SQL calling ``file(...)``: in clickhouse-local that *function* (unlike the ``file`` table
-  function, which needs the FILE grant neither role has) reads any path the process can. Only the
-  body of an ``INSERT ... FORMAT X`` whose query parameter is one complete statement (X not Values)
-  is data and streams unread; any other body is SQL: read whole (16 MiB at most) and checked with
-  the query parameter, joined by the newline ClickHouse puts between them;
+  function, which needs the FILE grant neither role has) reads any path the process can. The body of
+  an ``INSERT ... FORMAT X`` whose query parameter is one complete statement (X not Values) is data and
+  streams unread, compressed or not, as sent. Any other body is read as ClickHouse reads it: decompressed
+  by its ``Content-Encoding`` (gzip, deflate, lz4, zstd; ``content_encoding``; others and ``decompress=1``
+  refused), joined to the query parameter by the newline ClickHouse puts between them, until its head
+  ends such an INSERT statement (``StatementEnd``: the statement is checked, its data streams on) or the
+  body ends (all of it checked, 16 MiB at most). What is forwarded is what was checked, decompressed,
+  so ClickHouse cannot read another text out of the same bytes;
 - forwards the rest, streaming both ways, with the secret added.
 
 ClickHouse then applies the role's grants and profile (readonly for the reader, no SOURCES for either).
@@ -29,9 +33,10 @@ import hmac
 import re
 from urllib.parse import unquote_plus
 
-from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
 from infersight.pipelines.clickhouse_users import Credentials
+from infersight.pipelines.content_encoding import BodyRefused, Inflater, is_identity
 
 SECRET_HEADER = "X-Infersight-Gate"
 CREDENTIAL_PARAMS = frozenset({"user", "password", "quota_key"})
@@ -51,8 +56,14 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0"}
 _COMPLETE_SQL = re.compile(r"""(?:'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`"""
                            r"""|[^'"`$#/\-]++|/(?!\*)|-(?!-))*+""", re.S)
 _QUOTED = re.compile(r"""'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`""", re.S)
-_INSERT_WITH_FORMAT = re.compile(r"^\s*INSERT\b.*\bFORMAT\s+(\w+)\s*;?\s*$", re.I | re.S)
+# The FORMAT clause must be the statement's first FORMAT word and its end: in `... FORMAT Values (x,
+# 1 FORMAT TSV` the data that follows would still be Values (expressions), not TSV.
+_INSERT_WITH_FORMAT = re.compile(r"^\s*INSERT\b(?:(?!\bFORMAT\b).)*\bFORMAT\s+(\w+)\s*;?\s*$", re.I | re.S)
 MAX_SQL_BODY = 16 * 1024 * 1024
+# Where an INSERT's statement may end inside a body that goes on with its data (clickhouse-connect puts
+# the statement at the head of its compressed body): the first 64 KiB, at most 256 line ends tried.
+STATEMENT_WINDOW = 64 * 1024
+STATEMENT_TRIES = 256
 
 
 def credential_params(query_string: str) -> set[str]:
@@ -87,6 +98,29 @@ def data_format(query: str) -> str | None:
         return None
     insert = _INSERT_WITH_FORMAT.match(_QUOTED.sub("''", query))
     return insert.group(1) if insert else None
+
+
+class StatementEnd:
+    """Where the head of a body ends an ``INSERT ... FORMAT X`` statement (X not Values) begun by the query
+    parameter, so that what follows is data; fed the growing head, it tries each line end once."""
+
+    def __init__(self, query: str) -> None:
+        self.query = query + "\n"  # ClickHouse joins the parameter and the body with a newline
+        self.searched = 0
+        self.tries = 0
+
+    def find(self, head: bytes) -> int | None:
+        """The offset in ``head`` where the data begins, or None (not yet, or not an insert of data)."""
+        while self.tries < STATEMENT_TRIES:
+            end = head.find(b"\n", self.searched, STATEMENT_WINDOW)
+            if end < 0:
+                return None
+            self.searched, self.tries = end + 1, self.tries + 1
+            statement = self.query + head[:end].decode("utf-8", "replace")
+            found = data_format(statement)
+            if found is not None and found.lower() != "values" and not host_access(statement):
+                return end + 1
+        return None
 
 
 class Gate:
@@ -127,16 +161,40 @@ class Gate:
         if data is not None and data.lower() != "values" and not host_access(query):
             # The body is data. Values is the one format that evaluates expressions (file(...) too).
             return await self._forward(request, authorization, _chain(request))
-        # Otherwise the body holds (the rest of) the SQL, maybe followed by insert data: check it whole,
-        # joined to the query parameter as ClickHouse joins them (a newline: it ends a -- comment).
-        body = await _read_up_to(request, MAX_SQL_BODY + 1) if has_body else b""
-        if len(body) > MAX_SQL_BODY:
-            return _refuse(413, "query text over 16 MiB")
-        function = host_access(query + "\n" + body.decode("utf-8", "replace"))
+        # Otherwise the body holds (the rest of) the SQL, maybe followed by insert data.
+        if request.rel_url.query.get("decompress", "0") not in ("", "0"):
+            return _refuse(400, "a query body in ClickHouse's compressed format (decompress=1) is not accepted; "
+                                "send the SQL uncompressed or with a Content-Encoding (gzip, lz4, zstd)")
+        if not has_body:
+            return await self._checked(request, authorization, query, None)
+        encoding = request.headers.get("Content-Encoding", "")
+        try:
+            pieces = _decoded(request, None if is_identity(encoding) else Inflater(encoding))
+            # Read until the head ends an insert's statement (the rest is its data) or the body ends.
+            head, statement_end, ends = bytearray(), StatementEnd(query), None
+            async for piece in pieces:
+                head += piece
+                ends = statement_end.find(head)
+                if ends is not None:
+                    break
+                if len(head) > MAX_SQL_BODY:
+                    return _refuse(413, "query text over 16 MiB (decompressed)")
+        except BodyRefused as refused:
+            return _refuse(refused.status, str(refused))
+        if ends is None:
+            return await self._checked(request, authorization, query + "\n" + head.decode("utf-8", "replace"),
+                                       bytes(head))
+        # StatementEnd checked the statement; the data streams on, decompressed as it was read.
+        return await self._forward(request, authorization, _Resumed(bytes(head), pieces), drop=("content-encoding",))
+
+    async def _checked(self, request: web.Request, authorization: str, sql: str,
+                       body: bytes | None) -> web.StreamResponse:
+        function = host_access(sql)
         if function:
             return _refuse(403, f"function {function}() reads the server's files and is refused by infersight "
                                 "(ACCESS_DENIED)")
-        return await self._forward(request, authorization, body if has_body else None)
+        # Forwarded as checked: decompressed, so ClickHouse cannot read another text out of the same bytes.
+        return await self._forward(request, authorization, body, drop=("content-encoding",))
 
     def _authorize(self, request: web.Request) -> tuple[str, str | None]:
         header = request.headers.get("Authorization")
@@ -159,8 +217,9 @@ class Gate:
         token = base64.b64encode(f"{role.user}:{role.password}".encode()).decode()
         return f"Basic {token}", None
 
-    async def _forward(self, request: web.Request, authorization: str, body) -> web.StreamResponse:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+    async def _forward(self, request: web.Request, authorization: str, body,
+                       drop: tuple[str, ...] = ()) -> web.StreamResponse:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() not in drop}
         headers["Authorization"] = authorization
         headers[SECRET_HEADER] = self.secret
         data = body
@@ -176,19 +235,39 @@ class Gate:
                     await response.write(chunk)
                 await response.write_eof()
                 return response
-        except (TimeoutError, OSError) as exc:
+        except (TimeoutError, OSError, ClientError) as exc:
+            refused = getattr(body, "refused", None)
+            if refused is not None:  # the body turned corrupt while it streamed on: ClickHouse got it cut off
+                return _refuse(refused.status, str(refused))
             return _refuse(502, f"the embedded ClickHouse did not answer: {exc}")
 
 
-async def _read_up_to(request: web.Request, limit: int) -> bytes:
-    parts, size = [], 0
-    while size < limit:
-        chunk = await request.content.read(min(limit - size, 1 << 20))
-        if not chunk:
-            break
-        parts.append(chunk)
-        size += len(chunk)
-    return b"".join(parts)
+async def _decoded(request: web.Request, inflater: Inflater | None):
+    """The body's bytes as ClickHouse reads them: decompressed when it came with a Content-Encoding."""
+    async for chunk in request.content.iter_chunked(1 << 20):
+        if inflater is None:
+            yield chunk
+            continue
+        for piece in inflater.feed(chunk):
+            yield piece
+    if inflater is not None:
+        inflater.finish()
+
+
+class _Resumed:
+    """The head already read, then the rest of the body; keeps why the rest failed (aiohttp wraps it)."""
+
+    def __init__(self, head: bytes, rest) -> None:
+        self.head, self.rest, self.refused = head, rest, None
+
+    async def __aiter__(self):
+        yield self.head
+        try:
+            async for piece in self.rest:
+                yield piece
+        except BodyRefused as refused:
+            self.refused = refused
+            raise
 
 
 async def _chain(request: web.Request):
@@ -197,7 +276,7 @@ async def _chain(request: web.Request):
 
 
 def _refuse(status: int, message: str) -> web.Response:
-    code = {400: 27, 401: 516, 403: 497, 413: 252, 502: 210}.get(status, 1000)
+    code = {400: 27, 401: 516, 403: 497, 413: 252, 415: 36, 502: 210}.get(status, 1000)
     return web.Response(status=status, text=f"Code: {code}. DB::Exception: {message}. (infersight gate)\n",
                         headers={"X-ClickHouse-Exception-Code": str(code)})
 
@@ -205,7 +284,9 @@ def _refuse(status: int, message: str) -> web.Response:
 async def serve(gate: Gate, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Start the gate on ``host:port`` (0: a free port); returns the runner and the bound port."""
     # The receiver's INSERT ... SELECT (and its inline protobuf schema) travel in the URL: long request lines.
-    runner = web.AppRunner(gate.app(), access_log=None,
+    # Bodies arrive as sent (auto_decompress off): a compressed insert streams on compressed, with its
+    # Content-Encoding, as ClickHouse expects it; a compressed SQL body is inflated by the gate itself.
+    runner = web.AppRunner(gate.app(), access_log=None, auto_decompress=False,
                            max_line_size=4 * 1024 * 1024, max_field_size=64 * 1024)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)

@@ -161,6 +161,160 @@ def test_host_access_hidden_from_a_text_check_is_still_refused(stack, role, quer
     assert status == 403 and "ACCESS_DENIED" in text, f"{role} ran {query!r} + {body!r:.80}: {text}"
     assert http(stack["url"], "SELECT count() FROM default.scratch", w.user, w.password) == before
 
+# SQL whose compressed form hides the file() call: the compressor turns its second `file('` into a copy
+# of the first one's bytes (`'xfile('`, no call), so only a reader of the decompressed text sees it.
+COMPRESSIBLE = f"SELECT '{'a' * 200}', 'xfile(', length(file('{SECRET_FILE}'))"
+
+
+def _encoded(name: str, text: str) -> bytes:
+    import gzip
+    import zlib
+
+    import lz4.frame
+
+    try:
+        from compression import zstd  # Python 3.14 and newer
+    except ImportError:
+        from backports import zstd
+
+    return {"gzip": gzip.compress, "deflate": zlib.compress, "lz4": lz4.frame.compress,
+            "zstd": zstd.compress}[name](text.encode())
+
+
+@pytest.mark.parametrize("encoding", ["lz4", "zstd", "gzip", "deflate"])
+def test_a_compressed_query_body_is_checked_as_clickhouse_reads_it(stack, encoding):
+    """ClickHouse decompresses a query body by its Content-Encoding: the gate checks that text, never the
+    compressed bytes (lz4 and zstd hid file() from it), and forwards what it checked."""
+    from infersight.pipelines.clickhouse_gate import host_access
+
+    r = stack["credentials"].reader
+    body = _encoded(encoding, COMPRESSIBLE)
+    assert host_access(body.decode("utf-8", "replace")) is None  # the compressed bytes hide the call
+    status, text = http(stack["url"], "", r.user, r.password, body=body, headers={"Content-Encoding": encoding})
+    assert status == 403 and "ACCESS_DENIED" in text and "file()" in text, text
+    # The same encoding with harmless SQL answers: checked and forwarded decompressed.
+    status, text = http(stack["url"], "", r.user, r.password, body=_encoded(encoding, "SELECT 40 + 2"),
+                        headers={"Content-Encoding": encoding})
+    assert (status, text) == (200, "42\n")
+
+
+@pytest.mark.parametrize("encoding", ["br", "xz", "gzip, lz4"])
+def test_a_query_body_in_an_encoding_the_gate_cannot_read_is_refused(stack, encoding):
+    """ClickHouse reads more encodings (br, xz, bz2, snappy) than the gate decodes: those query bodies get a
+    415 that names the ones it takes, whatever the bytes (the gate cannot tell what ClickHouse would run)."""
+    r = stack["credentials"].reader
+    status, text = http(stack["url"], "", r.user, r.password, body=b"\x00opaque",
+                        headers={"Content-Encoding": encoding})
+    assert status == 415 and "not accepted" in text and "lz4" in text, text
+
+
+def test_a_query_body_is_read_whole_however_it_is_framed(stack):
+    """A second gzip member or lz4/zstd frame is read on, as ClickHouse reads it (clickhouse-connect sends
+    one frame per block), so a call split off into it is refused; a truncated stream, bytes that are not
+    the encoding and ClickHouse's own compressed format (decompress=1) are refused unread."""
+    r = stack["credentials"].reader
+    for encoding in ("gzip", "lz4", "zstd"):
+        frames = _encoded(encoding, "SELECT 1 ") + _encoded(encoding, f"UNION ALL SELECT {READ_HOST}")
+        status, text = http(stack["url"], "", r.user, r.password, body=frames, headers={"Content-Encoding": encoding})
+        assert status == 403 and "ACCESS_DENIED" in text, (encoding, text)
+        frames = _encoded(encoding, "SELECT 4") + _encoded(encoding, "2")
+        assert http(stack["url"], "", r.user, r.password, body=frames,
+                    headers={"Content-Encoding": encoding}) == (200, "42\n"), encoding
+        cut = _encoded(encoding, COMPRESSIBLE)[:-6]
+        status, text = http(stack["url"], "", r.user, r.password, body=cut, headers={"Content-Encoding": encoding})
+        assert status == 400 and f"inside a {encoding} stream" in text, (encoding, text)
+    status, text = http(stack["url"], "", r.user, r.password, params="&decompress=1", body=b"SELECT 1")
+    assert status == 400 and "decompress=1" in text
+    status, text = http(stack["url"], "", r.user, r.password, body=b"not gzip", headers={"Content-Encoding": "gzip"})
+    assert status == 400 and "not valid gzip" in text
+
+
+def test_an_insert_statement_at_the_head_of_its_body_streams_its_data(stack):
+    """clickhouse-connect puts `INSERT ... FORMAT Native` at the head of its compressed body: the gate checks
+    the statement and streams the data on, so data over the 16 MiB SQL bound and data holding the text
+    `file(` both insert, while the statement itself is checked and Values data is still read as SQL."""
+    w = stack["credentials"].writer
+    assert http(stack["url"], "CREATE TABLE IF NOT EXISTS default.headed (s String) ENGINE = MergeTree ORDER BY s",
+                w.user, w.password)[0] == 200
+    rows = "".join(f"row {i} calls file('{SECRET_FILE}')\n" for i in range(600_000))  # ~22 MiB of TSV
+    for encoding in ("lz4", "identity"):
+        body = ("INSERT INTO default.headed FORMAT TSV\n" + rows).encode()
+        packed = _encoded("lz4", body.decode()) if encoding == "lz4" else body
+        status, text = http(stack["url"], "", w.user, w.password, body=packed, headers={"Content-Encoding": encoding})
+        assert status == 200, (encoding, text[:300])
+    counted = "SELECT count(), countIf(position(s, concat('fi', 'le(')) > 0) FROM default.headed"
+    assert http(stack["url"], counted, w.user, w.password) == (200, "1200000\t1200000\n")
+    # The statement is checked, and a Values insert (expressions) is checked whole.
+    for body in (f"INSERT INTO default.headed SELECT toString({READ_HOST}) FORMAT TSV\n",
+                 f"INSERT INTO default.headed FORMAT Values\n(toString({READ_HOST}))",
+                 f"INSERT INTO default.headed FORMAT Values (toString(1)),\n(1 FORMAT TSV\n, toString({READ_HOST}))"):
+        status, text = http(stack["url"], "", w.user, w.password, body=_encoded("zstd", body),
+                            headers={"Content-Encoding": "zstd"})
+        assert status == 403 and "ACCESS_DENIED" in text, (body, text)
+
+
+def test_a_compressed_insert_corrupt_after_its_statement_inserts_nothing(stack):
+    """Data that stops being valid lz4 after the statement was passed is cut off: a clear 400, no rows."""
+    w = stack["credentials"].writer
+    assert http(stack["url"], "CREATE TABLE IF NOT EXISTS default.cut (x UInt32) ENGINE = MergeTree ORDER BY x",
+                w.user, w.password)[0] == 200
+    body = _encoded("lz4", "INSERT INTO default.cut FORMAT TSV\n1\n") + b"\x04\x22\x4d\x18garbage"
+    status, text = http(stack["url"], "", w.user, w.password, body=body, headers={"Content-Encoding": "lz4"})
+    assert status == 400 and "lz4" in text, text
+    assert http(stack["url"], "SELECT count() FROM default.cut", w.user, w.password) == (200, "0\n")
+
+
+def test_a_compressed_query_body_over_the_bound_is_refused_unread(stack):
+    """16 MiB of SQL compresses to a few KiB: the bound holds on the decompressed text (no zip bomb)."""
+    r = stack["credentials"].reader
+    bomb = _encoded("zstd", "SELECT 1 -- " + "a" * (17 * 1024 * 1024))
+    assert len(bomb) < 64 * 1024
+    status, text = http(stack["url"], "", r.user, r.password, body=bomb, headers={"Content-Encoding": "zstd"})
+    assert status == 413 and "16 MiB" in text, text
+
+
+def test_clickhouse_connect_through_the_gate_reads_and_writes_compressed(stack):
+    """clickhouse-connect compresses its bodies (lz4 first, if installed): its queries, commands and inserts
+    pass the gate, and a file() call inside its compressed query body is still refused."""
+    import clickhouse_connect
+    from clickhouse_connect.driver.exceptions import DatabaseError
+
+    w, r = stack["credentials"].writer, stack["credentials"].reader
+    host, port = stack["url"].removeprefix("http://").rstrip("/").rsplit(":", 1)
+    for compression in ("lz4", "zstd", "gzip"):
+        writer = clickhouse_connect.get_client(host=host, port=int(port), username=w.user, password=w.password,
+                                               compress=compression)
+        writer.command("CREATE TABLE IF NOT EXISTS default.connected (x UInt32, c String) "
+                       "ENGINE = MergeTree ORDER BY x")
+        writer.insert("default.connected", [[1, compression], [2, compression]], column_names=["x", "c"])
+        reader = clickhouse_connect.get_client(host=host, port=int(port), username=r.user, password=r.password,
+                                               compress=compression)
+        rows = reader.query("SELECT count() FROM default.connected WHERE c = {c:String}",
+                            parameters={"c": compression}).result_rows
+        assert rows == [(2,)], compression
+        with pytest.raises(DatabaseError, match="ACCESS_DENIED"):
+            reader.query(COMPRESSIBLE)
+        writer.close()
+        reader.close()
+
+
+def test_a_compressed_insert_streams_through_as_sent(stack):
+    """Insert data with a Content-Encoding reaches ClickHouse compressed, as sent (the gate used to inflate it
+    on the way in and forward the header with plain bytes: ZLIB_INFLATE_FAILED)."""
+    import gzip
+
+    w = stack["credentials"].writer
+    assert http(stack["url"], "CREATE TABLE IF NOT EXISTS default.packed (x UInt32) ENGINE = MergeTree ORDER BY x",
+                w.user, w.password)[0] == 200
+    for encoding, data in (("gzip", gzip.compress(b"1\n2\n")), ("deflate", _encoded("deflate", "3\n")),
+                           ("lz4", _encoded("lz4", "4\n")), ("zstd", _encoded("zstd", "5\n"))):
+        status, text = http(stack["url"], "INSERT INTO default.packed FORMAT TSV", w.user, w.password, body=data,
+                            headers={"Content-Encoding": encoding})
+        assert status == 200, (encoding, text)
+    assert http(stack["url"], "SELECT groupArray(x) FROM (SELECT x FROM default.packed ORDER BY x)",
+                w.user, w.password) == (200, "[1,2,3,4,5]\n")
+
+
 def test_forged_row_is_refused_and_the_receiver_still_stores(stack):
     r = stack["credentials"].reader
     forged = "INSERT INTO default.otel_traces (TraceId, SpanId, SpanName) VALUES ('f0', 'f1', 'forged')"
