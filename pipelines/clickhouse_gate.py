@@ -12,7 +12,8 @@ and port. For each request it:
   Authorization header inside ClickHouse;
 - accepts Basic auth or ``X-ClickHouse-User``/``X-ClickHouse-Key`` (turned into Basic), for the writer
   or the reader only, checked in constant time against the credentials file;
-- refuses SQL calling ``file(...)``: in clickhouse-local that *function* (unlike the ``file`` table
+- refuses a URL parameter given twice, and SQL calling ``file(...)`` in any URL setting (some hold SQL:
+  ``additional_result_filter``) or the query: in clickhouse-local that *function* (unlike the ``file`` table
   function, which needs the FILE grant neither role has) reads any path the process can. The body of
   an ``INSERT ... FORMAT X`` whose query parameter is one complete statement (X not Values) is data and
   streams unread, compressed or not, as sent. Any other body is read as ClickHouse reads it: decompressed
@@ -155,7 +156,19 @@ class Gate:
         authorization, problem = self._authorize(request)
         if problem:
             return _refuse(401, problem)
-        query = request.rel_url.query.get("query", "")
+        params = request.rel_url.query
+        twice = sorted({name for name in params if len(params.getall(name)) > 1})
+        if twice:
+            # ClickHouse and the gate might each read a different one of them.
+            return _refuse(400, f"parameter given more than once: {', '.join(twice)}")
+        # Settings in the URL can hold SQL the server evaluates (additional_result_filter,
+        # additional_table_filters): check every value but query parameters' (typed literals, never SQL).
+        for name, value in params.items():
+            function = host_access(value) if name != "query" and not name.startswith("param_") else None
+            if function:
+                return _refuse(403, f"function {function}() in the URL setting {name} reads the server's files "
+                                    "and is refused by infersight (ACCESS_DENIED)")
+        query = params.get("query", "")
         has_body = request.can_read_body  # false once the body is read
         data = data_format(query) if has_body else None
         if data is not None and data.lower() != "values" and not host_access(query):

@@ -315,6 +315,31 @@ def test_a_compressed_insert_streams_through_as_sent(stack):
                 w.user, w.password) == (200, "[1,2,3,4,5]\n")
 
 
+@pytest.mark.parametrize("setting", [
+    "additional_result_filter=" + urllib.parse.quote(f"{READ_HOST} > 0"),
+    "additional_table_filters=" + urllib.parse.quote("{'system.one': '" + READ_HOST.replace("'", "\\'") + " > 0'}"),
+])
+def test_sql_in_a_url_setting_is_checked_like_the_query(stack, setting):
+    """Some settings are SQL the server evaluates: the writer (not readonly) could read files through them."""
+    w = stack["credentials"].writer
+    status, text = http(stack["url"], "SELECT * FROM system.one", w.user, w.password, params="&" + setting)
+    assert status == 403 and "ACCESS_DENIED" in text and "additional_" in text, text
+    # A query parameter is a typed literal, never SQL: one that reads like a call still answers.
+    status, text = http(stack["url"], "SELECT {v:String} = 'length(fi' || 'le(\\'/etc/hostname\\'))'", w.user,
+                        w.password, params="&param_v=" + urllib.parse.quote("length(file('/etc/hostname'))"))
+    assert (status, text) == (200, "1\n"), text
+
+
+def test_a_url_parameter_given_twice_is_refused(stack):
+    """ClickHouse and the gate could each take a different `query`: the data-only fast path on one, SQL in
+    the other."""
+    w = stack["credentials"].writer
+    params = "&query=" + urllib.parse.quote(f"SELECT {READ_HOST}")
+    status, text = http(stack["url"], "INSERT INTO default.scratch FORMAT TSV", w.user, w.password, params=params,
+                        body=b"1\n")
+    assert status == 400 and "more than once: query" in text, text
+
+
 def test_forged_row_is_refused_and_the_receiver_still_stores(stack):
     r = stack["credentials"].reader
     forged = "INSERT INTO default.otel_traces (TraceId, SpanId, SpanName) VALUES ('f0', 'f1', 'forged')"
