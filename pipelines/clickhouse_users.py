@@ -41,8 +41,13 @@ READER_GRANTS = "SELECT, SHOW TABLES, SHOW DATABASES, SHOW COLUMNS"
 TABLE_ENGINES = ("MergeTree", "ReplacingMergeTree", "AggregatingMergeTree", "SummingMergeTree", "Memory",
                  "ReplicatedMergeTree", "ReplicatedReplacingMergeTree", "ReplicatedAggregatingMergeTree",
                  "Distributed", "MaterializedView", "View", "Null")
-# The writer's profile fixes no setting: the migrations' INSERT ... VALUES with server-side parameters
-# needs Values expressions, so the gate checks Values data for file() instead.
+# The writer's profile leaves Values expressions on: the migrations' INSERT ... VALUES with server-side
+# parameters needs them, so the gate checks Values data for file() instead. It fixes the settings that
+# name files on the host, which clickhouse-local reads or writes at any absolute path (a server confines
+# them to its format_schema_path): Template's resultset and row files (their text came back in the error),
+# the generated-schema file, and where a Protobuf schema comes from (inline text, as the receiver sends it).
+WRITER_FIXED_SETTINGS = {"format_template_resultset": "", "format_template_row": "", "output_format_schema": "",
+                         "format_schema_source": "string"}
 
 
 @dataclass(frozen=True)
@@ -133,10 +138,12 @@ def users_xml(credentials: Credentials) -> str:
     """
     w, r = credentials.writer, credentials.reader
     engines = "".join(f"<query>GRANT TABLE ENGINE ON {e}</query>" for e in TABLE_ENGINES)
+    fixed = "".join(f"<{name}>{value}</{name}>" for name, value in WRITER_FIXED_SETTINGS.items())
+    constraints = "".join(f"<{name}><const/></{name}>" for name in WRITER_FIXED_SETTINGS)
     return f"""<clickhouse>
   <profiles>
     <default/>
-    <infersight_writer>{POINT_READ_SETTINGS}</infersight_writer>
+    <infersight_writer>{POINT_READ_SETTINGS}{fixed}<constraints>{constraints}</constraints></infersight_writer>
     <infersight_reader><readonly>1</readonly>{POINT_READ_SETTINGS}</infersight_reader>
   </profiles>
   <quotas><default/></quotas>

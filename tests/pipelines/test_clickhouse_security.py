@@ -330,6 +330,26 @@ def test_sql_in_a_url_setting_is_checked_like_the_query(stack, setting):
     assert (status, text) == (200, "1\n"), text
 
 
+@pytest.mark.parametrize("setting", [
+    "format_template_resultset = '{path}'", "format_template_row = '{path}'",
+    "output_format_schema = '{tmp}/written.proto'", "format_schema_source = 'file', format_schema = '{path}:X'",
+])
+def test_the_writer_cannot_name_a_host_file_in_a_format_setting(stack, setting):
+    """clickhouse-local opens these settings' files at any absolute path: Template's returned the file's text
+    in its error message. The writer's profile fixes them (the reader may change no setting at all)."""
+    w = stack["credentials"].writer
+    settings = setting.format(path=SECRET_FILE, tmp=stack["tmp"])
+    for where in ("query", "url"):
+        sql = f"SELECT 1 AS x FORMAT Template SETTINGS {settings}" if where == "query" else "SELECT 1 AS x"
+        params = "" if where == "query" else "&" + "&".join(
+            urllib.parse.quote(part.split(" = ")[0].strip()) + "=" + urllib.parse.quote(part.split(" = ")[1].strip("'"))
+            for part in settings.split(", "))
+        status, text = http(stack["url"], sql, w.user, w.password, params=params)
+        assert status != 200 and "SETTING_CONSTRAINT_VIOLATION" in text, (where, text)
+        assert open(SECRET_FILE).read().strip() not in text
+    assert not (stack["tmp"] / "written.proto").exists()
+
+
 def test_a_url_parameter_given_twice_is_refused(stack):
     """ClickHouse and the gate could each take a different `query`: the data-only fast path on one, SQL in
     the other."""
