@@ -145,6 +145,15 @@ def cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
+def gate_cpu_seconds(pid: int) -> float:
+    """CPU of the embedded server's main thread: the Python gate in front of clickhouse-local (its asyncio
+    loop; ClickHouse's own threads are others)."""
+    try:
+        return stat_cpu_seconds(Path(f"/proc/{pid}/task/{pid}/stat").read_text())
+    except OSError:
+        return 0.0
+
+
 def merge_cpu_seconds(pids: list[int]) -> float:
     """CPU of ClickHouse's background merge threads (named ``MergeMutate``) in these processes."""
     total = 0.0
@@ -293,6 +302,7 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
         ch_pids = [server.proc.pid, *children_of(server.proc.pid)]
         ch_cpu0 = sum(cpu_seconds(p) for p in ch_pids)
         merge_cpu0 = merge_cpu_seconds(ch_pids)
+        gate_cpu0 = gate_cpu_seconds(server.proc.pid)
         rx_cpu0 = cpu_seconds(receiver.pid)
         me_cpu0 = time.process_time()
         started = time.perf_counter()
@@ -311,6 +321,7 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
         elapsed = time.perf_counter() - started
         ch_cpu, merge_cpu = sum(cpu_seconds(p) for p in ch_pids) - ch_cpu0, merge_cpu_seconds(ch_pids) - merge_cpu0
         rx_cpu = cpu_seconds(receiver.pid) - rx_cpu0
+        gate_cpu = gate_cpu_seconds(server.proc.pid) - gate_cpu0
         # The merges of this run's parts go on after it: a row is merged again and again over its life, so
         # CPU per span with the merges settled is the figure a fleet pays (counted only up to the settle).
         settle_s, parts = settle_merges(client, min(timeout, 120))
@@ -319,7 +330,7 @@ def run_case(traces: int, timeline_share: float, concurrency: int, timeout: floa
         result = {
             "timeline_share": timeline_share, "spans": spans, "seconds": elapsed, "acked_seconds": acked,
             "spans_per_s": spans / elapsed, "token_rows": tokens, "tokens_per_s": tokens / elapsed,
-            "cpu_clickhouse_s": ch_cpu, "cpu_merges_s": merge_cpu, "cpu_after_s": tail_cpu,
+            "cpu_clickhouse_s": ch_cpu, "cpu_merges_s": merge_cpu, "cpu_gate_s": gate_cpu, "cpu_after_s": tail_cpu,
             "settle_s": settle_s, "active_parts": parts, "cpu_receiver_s": rx_cpu,
             "cpu_loadgen_s": time.process_time() - me_cpu0,
             "rss_receiver_mb": peak_rss_mb(receiver.pid),
@@ -348,7 +359,8 @@ def report(r: dict) -> None:
           f"  vs goal 100k/s x{rate / GOAL:.2f};  vs Python rows ~40k/s/core x{rate / BASELINE_PY_ROWS:.2f};  "
           f"vs Arrow insert alone ~140k/s x{rate / BASELINE_ARROW_INSERT:.2f};  "
           f"vs Collector ~40k/s/core x{rate / BASELINE_COLLECTOR:.2f}\n"
-          f"  CPU: ClickHouse {r['cpu_clickhouse_s']:.1f} s ({r['cpu_clickhouse_s'] / cpu:.0%}), receiver "
+          f"  CPU: ClickHouse {r['cpu_clickhouse_s']:.1f} s ({r['cpu_clickhouse_s'] / cpu:.0%}; of it the gate "
+          f"{r['cpu_gate_s']:.1f} s, {1e6 * r['cpu_gate_s'] / r['spans']:.2f} us/span), receiver "
           f"{r['cpu_receiver_s']:.1f} s ({r['cpu_receiver_s'] / cpu:.0%}), load generator {r['cpu_loadgen_s']:.1f} s; "
           f"{1e6 * cpu / r['spans']:.1f} CPU-us per span stored; {cpu / r['seconds']:.2f} of 2 cores busy\n"
           f"  merges: {r['cpu_merges_s']:.1f} s of ClickHouse's CPU during the run, then {r['cpu_after_s']:.1f} s more "
