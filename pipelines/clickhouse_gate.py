@@ -37,7 +37,7 @@ from urllib.parse import unquote_plus
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
 from infersight.pipelines.clickhouse_users import Credentials
-from infersight.pipelines.content_encoding import BodyRefused, Inflater, is_identity
+from infersight.pipelines.content_encoding import ACCEPTED, BodyRefused, Inflater, is_identity
 
 SECRET_HEADER = "X-Infersight-Gate"
 CREDENTIAL_PARAMS = frozenset({"user", "password", "quota_key"})
@@ -173,11 +173,11 @@ class Gate:
         data = data_format(query) if has_body else None
         if data is not None and data.lower() != "values" and not host_access(query):
             # The body is data. Values is the one format that evaluates expressions (file(...) too).
-            return await self._forward(request, authorization, _chain(request))
+            return await self._forward(request, authorization, _decoded(request, None))
         # Otherwise the body holds (the rest of) the SQL, maybe followed by insert data.
-        if request.rel_url.query.get("decompress", "0") not in ("", "0"):
+        if params.get("decompress", "0") not in ("", "0"):
             return _refuse(400, "a query body in ClickHouse's compressed format (decompress=1) is not accepted; "
-                                "send the SQL uncompressed or with a Content-Encoding (gzip, lz4, zstd)")
+                                f"send the SQL uncompressed or with a Content-Encoding ({ACCEPTED})")
         if not has_body:
             return await self._checked(request, authorization, query, None)
         encoding = request.headers.get("Content-Encoding", "")
@@ -191,7 +191,7 @@ class Gate:
                 if ends is not None:
                     break
                 if len(head) > MAX_SQL_BODY:
-                    return _refuse(413, "query text over 16 MiB (decompressed)")
+                    return _refuse(413, f"query text over {MAX_SQL_BODY >> 20} MiB (decompressed)")
         except BodyRefused as refused:
             return _refuse(refused.status, str(refused))
         if ends is None:
@@ -256,7 +256,8 @@ class Gate:
 
 
 async def _decoded(request: web.Request, inflater: Inflater | None):
-    """The body's bytes as ClickHouse reads them: decompressed when it came with a Content-Encoding."""
+    """The body's bytes in pieces: decompressed by ``inflater``, or as sent when it is None (data streamed on
+    with its Content-Encoding, or a body without one)."""
     async for chunk in request.content.iter_chunked(1 << 20):
         if inflater is None:
             yield chunk
@@ -281,11 +282,6 @@ class _Resumed:
         except BodyRefused as refused:
             self.refused = refused
             raise
-
-
-async def _chain(request: web.Request):
-    async for chunk in request.content.iter_chunked(1 << 20):
-        yield chunk
 
 
 def _refuse(status: int, message: str) -> web.Response:

@@ -30,6 +30,7 @@ DECOMPRESSORS = {
     "lz4": lz4.frame.LZ4FrameDecompressor,
     "zstd": zstd.ZstdDecompressor,
 }
+ACCEPTED = ", ".join(sorted(DECOMPRESSORS))  # for error messages
 _ERRORS = (zlib.error, RuntimeError, ValueError, EOFError, zstd.ZstdError)
 STEP = 1 << 20  # the most one decompress call returns: memory stays bounded whatever the ratio
 
@@ -54,8 +55,7 @@ class Inflater:
         factory = DECOMPRESSORS.get(self.name)
         if factory is None:
             raise BodyRefused(415, f"Content-Encoding {encoding!r} on a query body is not accepted by the "
-                                   f"infersight gate; send the SQL uncompressed or as one of "
-                                   f"{', '.join(sorted(DECOMPRESSORS))}")
+                                   f"infersight gate; send the SQL uncompressed or as one of {ACCEPTED}")
         self._factory = factory
         self._stream = factory()
         self._fed = False
@@ -80,9 +80,14 @@ class Inflater:
                 data = b""
                 continue
             # Input the decompressor has not used yet: zlib hands it back, lz4 and zstd keep it inside.
-            data = getattr(stream, "unconsumed_tail", b"")
-            if not (data if hasattr(stream, "unconsumed_tail") else not stream.needs_input):
+            if hasattr(stream, "unconsumed_tail"):
+                data = stream.unconsumed_tail
+                if not data:
+                    return
+            elif stream.needs_input:
                 return
+            else:
+                data = b""
 
     def finish(self) -> None:
         if not self._fed or not self._stream.eof:

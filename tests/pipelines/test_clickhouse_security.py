@@ -24,6 +24,7 @@ import pytest
 from infersight.cli import main
 from infersight.pipelines import clickhouse_users
 from tests.conftest import free_port, require_chdb
+from tests.pipelines.encodings import encoded
 from tests.pipelines.receiver_payloads import post, request, span_ids
 
 pytestmark = pytest.mark.real  # a real ClickHouse server
@@ -166,21 +167,6 @@ def test_host_access_hidden_from_a_text_check_is_still_refused(stack, role, quer
 COMPRESSIBLE = f"SELECT '{'a' * 200}', 'xfile(', length(file('{SECRET_FILE}'))"
 
 
-def _encoded(name: str, text: str) -> bytes:
-    import gzip
-    import zlib
-
-    import lz4.frame
-
-    try:
-        from compression import zstd  # Python 3.14 and newer
-    except ImportError:
-        from backports import zstd
-
-    return {"gzip": gzip.compress, "deflate": zlib.compress, "lz4": lz4.frame.compress,
-            "zstd": zstd.compress}[name](text.encode())
-
-
 @pytest.mark.parametrize("encoding", ["lz4", "zstd", "gzip", "deflate"])
 def test_a_compressed_query_body_is_checked_as_clickhouse_reads_it(stack, encoding):
     """ClickHouse decompresses a query body by its Content-Encoding: the gate checks that text, never the
@@ -188,12 +174,12 @@ def test_a_compressed_query_body_is_checked_as_clickhouse_reads_it(stack, encodi
     from infersight.pipelines.clickhouse_gate import host_access
 
     r = stack["credentials"].reader
-    body = _encoded(encoding, COMPRESSIBLE)
+    body = encoded(encoding, COMPRESSIBLE)
     assert host_access(body.decode("utf-8", "replace")) is None  # the compressed bytes hide the call
     status, text = http(stack["url"], "", r.user, r.password, body=body, headers={"Content-Encoding": encoding})
     assert status == 403 and "ACCESS_DENIED" in text and "file()" in text, text
     # The same encoding with harmless SQL answers: checked and forwarded decompressed.
-    status, text = http(stack["url"], "", r.user, r.password, body=_encoded(encoding, "SELECT 40 + 2"),
+    status, text = http(stack["url"], "", r.user, r.password, body=encoded(encoding, "SELECT 40 + 2"),
                         headers={"Content-Encoding": encoding})
     assert (status, text) == (200, "42\n")
 
@@ -214,13 +200,13 @@ def test_a_query_body_is_read_whole_however_it_is_framed(stack):
     the encoding and ClickHouse's own compressed format (decompress=1) are refused unread."""
     r = stack["credentials"].reader
     for encoding in ("gzip", "lz4", "zstd"):
-        frames = _encoded(encoding, "SELECT 1 ") + _encoded(encoding, f"UNION ALL SELECT {READ_HOST}")
+        frames = encoded(encoding, "SELECT 1 ") + encoded(encoding, f"UNION ALL SELECT {READ_HOST}")
         status, text = http(stack["url"], "", r.user, r.password, body=frames, headers={"Content-Encoding": encoding})
         assert status == 403 and "ACCESS_DENIED" in text, (encoding, text)
-        frames = _encoded(encoding, "SELECT 4") + _encoded(encoding, "2")
+        frames = encoded(encoding, "SELECT 4") + encoded(encoding, "2")
         assert http(stack["url"], "", r.user, r.password, body=frames,
                     headers={"Content-Encoding": encoding}) == (200, "42\n"), encoding
-        cut = _encoded(encoding, COMPRESSIBLE)[:-6]
+        cut = encoded(encoding, COMPRESSIBLE)[:-6]
         status, text = http(stack["url"], "", r.user, r.password, body=cut, headers={"Content-Encoding": encoding})
         assert status == 400 and f"inside a {encoding} stream" in text, (encoding, text)
     status, text = http(stack["url"], "", r.user, r.password, params="&decompress=1", body=b"SELECT 1")
@@ -239,7 +225,7 @@ def test_an_insert_statement_at_the_head_of_its_body_streams_its_data(stack):
     rows = "".join(f"row {i} calls file('{SECRET_FILE}')\n" for i in range(600_000))  # ~22 MiB of TSV
     for encoding in ("lz4", "identity"):
         body = ("INSERT INTO default.headed FORMAT TSV\n" + rows).encode()
-        packed = _encoded("lz4", body.decode()) if encoding == "lz4" else body
+        packed = encoded("lz4", body.decode()) if encoding == "lz4" else body
         status, text = http(stack["url"], "", w.user, w.password, body=packed, headers={"Content-Encoding": encoding})
         assert status == 200, (encoding, text[:300])
     counted = "SELECT count(), countIf(position(s, concat('fi', 'le(')) > 0) FROM default.headed"
@@ -248,7 +234,7 @@ def test_an_insert_statement_at_the_head_of_its_body_streams_its_data(stack):
     for body in (f"INSERT INTO default.headed SELECT toString({READ_HOST}) FORMAT TSV\n",
                  f"INSERT INTO default.headed FORMAT Values\n(toString({READ_HOST}))",
                  f"INSERT INTO default.headed FORMAT Values (toString(1)),\n(1 FORMAT TSV\n, toString({READ_HOST}))"):
-        status, text = http(stack["url"], "", w.user, w.password, body=_encoded("zstd", body),
+        status, text = http(stack["url"], "", w.user, w.password, body=encoded("zstd", body),
                             headers={"Content-Encoding": "zstd"})
         assert status == 403 and "ACCESS_DENIED" in text, (body, text)
 
@@ -258,7 +244,7 @@ def test_a_compressed_insert_corrupt_after_its_statement_inserts_nothing(stack):
     w = stack["credentials"].writer
     assert http(stack["url"], "CREATE TABLE IF NOT EXISTS default.cut (x UInt32) ENGINE = MergeTree ORDER BY x",
                 w.user, w.password)[0] == 200
-    body = _encoded("lz4", "INSERT INTO default.cut FORMAT TSV\n1\n") + b"\x04\x22\x4d\x18garbage"
+    body = encoded("lz4", "INSERT INTO default.cut FORMAT TSV\n1\n") + b"\x04\x22\x4d\x18garbage"
     status, text = http(stack["url"], "", w.user, w.password, body=body, headers={"Content-Encoding": "lz4"})
     assert status == 400 and "lz4" in text, text
     assert http(stack["url"], "SELECT count() FROM default.cut", w.user, w.password) == (200, "0\n")
@@ -267,7 +253,7 @@ def test_a_compressed_insert_corrupt_after_its_statement_inserts_nothing(stack):
 def test_a_compressed_query_body_over_the_bound_is_refused_unread(stack):
     """16 MiB of SQL compresses to a few KiB: the bound holds on the decompressed text (no zip bomb)."""
     r = stack["credentials"].reader
-    bomb = _encoded("zstd", "SELECT 1 -- " + "a" * (17 * 1024 * 1024))
+    bomb = encoded("zstd", "SELECT 1 -- " + "a" * (17 * 1024 * 1024))
     assert len(bomb) < 64 * 1024
     status, text = http(stack["url"], "", r.user, r.password, body=bomb, headers={"Content-Encoding": "zstd"})
     assert status == 413 and "16 MiB" in text, text
@@ -301,13 +287,11 @@ def test_clickhouse_connect_through_the_gate_reads_and_writes_compressed(stack):
 def test_a_compressed_insert_streams_through_as_sent(stack):
     """Insert data with a Content-Encoding reaches ClickHouse compressed, as sent (the gate used to inflate it
     on the way in and forward the header with plain bytes: ZLIB_INFLATE_FAILED)."""
-    import gzip
-
     w = stack["credentials"].writer
     assert http(stack["url"], "CREATE TABLE IF NOT EXISTS default.packed (x UInt32) ENGINE = MergeTree ORDER BY x",
                 w.user, w.password)[0] == 200
-    for encoding, data in (("gzip", gzip.compress(b"1\n2\n")), ("deflate", _encoded("deflate", "3\n")),
-                           ("lz4", _encoded("lz4", "4\n")), ("zstd", _encoded("zstd", "5\n"))):
+    for encoding, data in (("gzip", encoded("gzip", "1\n2\n")), ("deflate", encoded("deflate", "3\n")),
+                           ("lz4", encoded("lz4", "4\n")), ("zstd", encoded("zstd", "5\n"))):
         status, text = http(stack["url"], "INSERT INTO default.packed FORMAT TSV", w.user, w.password, body=data,
                             headers={"Content-Encoding": encoding})
         assert status == 200, (encoding, text)
@@ -330,22 +314,21 @@ def test_sql_in_a_url_setting_is_checked_like_the_query(stack, setting):
     assert (status, text) == (200, "1\n"), text
 
 
-@pytest.mark.parametrize("setting", [
-    "format_template_resultset = '{path}'", "format_template_row = '{path}'",
-    "output_format_schema = '{tmp}/written.proto'", "format_schema_source = 'file', format_schema = '{path}:X'",
+@pytest.mark.parametrize("settings", [
+    {"format_template_resultset": SECRET_FILE}, {"format_template_row": SECRET_FILE},
+    {"output_format_schema": "{tmp}/written.proto"},
+    {"format_schema_source": "file", "format_schema": f"{SECRET_FILE}:X"},
 ])
-def test_the_writer_cannot_name_a_host_file_in_a_format_setting(stack, setting):
+def test_the_writer_cannot_name_a_host_file_in_a_format_setting(stack, settings):
     """clickhouse-local opens these settings' files at any absolute path: Template's returned the file's text
     in its error message. The writer's profile fixes them (the reader may change no setting at all)."""
     w = stack["credentials"].writer
-    settings = setting.format(path=SECRET_FILE, tmp=stack["tmp"])
-    for where in ("query", "url"):
-        sql = f"SELECT 1 AS x FORMAT Template SETTINGS {settings}" if where == "query" else "SELECT 1 AS x"
-        params = "" if where == "query" else "&" + "&".join(
-            urllib.parse.quote(part.split(" = ")[0].strip()) + "=" + urllib.parse.quote(part.split(" = ")[1].strip("'"))
-            for part in settings.split(", "))
+    settings = {name: value.format(tmp=stack["tmp"]) for name, value in settings.items()}
+    in_query = ", ".join(f"{name} = '{value}'" for name, value in settings.items())
+    in_url = "&" + urllib.parse.urlencode(settings)
+    for sql, params in ((f"SELECT 1 AS x FORMAT Template SETTINGS {in_query}", ""), ("SELECT 1 AS x", in_url)):
         status, text = http(stack["url"], sql, w.user, w.password, params=params)
-        assert status != 200 and "SETTING_CONSTRAINT_VIOLATION" in text, (where, text)
+        assert status != 200 and "SETTING_CONSTRAINT_VIOLATION" in text, (params, text)
         assert open(SECRET_FILE).read().strip() not in text
     assert not (stack["tmp"] / "written.proto").exists()
 

@@ -1,20 +1,11 @@
 """Body decoding for the gate: every frame read, pieces bounded, anything else refused with its status."""
 
-import gzip
 import os
-import zlib
 
-import lz4.frame
 import pytest
 
 from infersight.pipelines.content_encoding import STEP, BodyRefused, Inflater
-
-try:
-    from compression import zstd  # Python 3.14 and newer
-except ImportError:
-    from backports import zstd
-
-COMPRESS = {"gzip": gzip.compress, "deflate": zlib.compress, "lz4": lz4.frame.compress, "zstd": zstd.compress}
+from tests.pipelines.encodings import COMPRESS
 
 
 def _inflate(encoding: str, body: bytes, chunk: int | None = None) -> list[bytes]:
